@@ -1,0 +1,30 @@
+# `make demo` and `make test` set up everything on a fresh machine.
+VENV ?= .venv
+PY := $(VENV)/bin/python
+# Two workers fit this 2-core machine; JAX gets 8 CPU devices in each.
+PYTEST_ARGS ?= -n 2
+
+.PHONY: demo test setup bench clean
+
+$(VENV)/.installed: pyproject.toml
+	test -x $(PY) || python3 -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	# torch first and pinned: an unpinned torch pulls gigabytes of CUDA packages.
+	$(PY) -m pip install -q torch==2.13.0
+	$(PY) -m pip install -q -e '.[dev]'
+	touch $@
+
+setup: $(VENV)/.installed
+
+demo: setup
+	$(PY) examples/train_mlp.py
+
+test: setup
+	$(PY) -m pytest $(PYTEST_ARGS) tests
+
+bench: setup
+	$(PY) benchmarks/trace_overhead.py
+	$(PY) benchmarks/train_step.py
+
+clean:
+	rm -rf $(VENV) build *.egg-info

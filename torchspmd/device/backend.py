@@ -1,0 +1,91 @@
+"""Registers ``torch.device("spmd")`` as a real PyTorch device backed by Python.
+
+Only the allocation ops live on the PrivateUse1 key (they return the wrapper tensor);
+every other op reaches ``SpmdTensor.__torch_dispatch__``.
+"""
+
+from __future__ import annotations
+
+import types
+
+import torch
+from torch.utils import backend_registration
+
+from torchspmd.device.dispatch import _copy_from
+from torchspmd.device.tensor import SpmdTensor
+from torchspmd.jax_setup import devices
+from torchspmd.lazy.handle import Handle
+from torchspmd.lazy.node import TensorMeta
+from torchspmd.lazy.record import record
+from torchspmd.runtime import rng
+from torchspmd.runtime.execute import wait_device_ops
+
+aten = torch.ops.aten
+
+
+def _empty(size, dtype=None, layout=None, device=None, pin_memory=None, memory_format=None):
+    return _allocate(tuple(size), None, dtype)
+
+
+def _empty_strided(size, stride, dtype=None, layout=None, device=None, pin_memory=None):
+    return _allocate(tuple(size), tuple(stride), dtype)
+
+
+def _allocate(size, stride, dtype) -> SpmdTensor:
+    """A fresh tensor; its (unspecified) contents are zeros, computed only if read."""
+    dtype = dtype or torch.get_default_dtype()
+    node = record(aten.zeros.default, (size,), (("dtype", dtype),), (), ())
+    meta = node.sig.outputs[0]
+    if stride is not None:
+        meta = TensorMeta(meta.shape, stride, meta.dtype)
+    return SpmdTensor(Handle.new((node, 0), meta))
+
+
+def _device_module() -> types.ModuleType:
+    """``torch.spmd``: what PyTorch asks of a device's module (seeding, counts)."""
+    module = types.ModuleType("torch.spmd")
+    module.is_available = lambda: True
+    module.device_count = lambda: 1  # one virtual device spanning all physical devices
+    module.current_device = lambda: 0
+    module.synchronize = lambda device=None: wait_device_ops()
+    module._is_in_bad_fork = lambda: False
+    module.manual_seed = rng.manual_seed
+    module.manual_seed_all = rng.manual_seed
+    module.initial_seed = rng.initial_seed
+    module.get_rng_state = lambda device=None: torch.tensor(rng.get_state(), dtype=torch.int64)
+    module.set_rng_state = lambda state, device=None: rng.set_state(tuple(int(s) for s in state))
+    module.is_initialized = lambda: True
+    return module
+
+
+_LIBRARY = None  # keeps the kernel registrations alive
+
+
+def register() -> None:
+    """Make ``torch.device("spmd")`` usable (idempotent)."""
+    global _LIBRARY
+    if _LIBRARY is not None:
+        return
+    # What _setup_privateuseone_for_python_backend does, less the rename done at import.
+    torch.utils.generate_methods_for_privateuse1_backend()
+    torch._register_device_module("spmd", _device_module())
+    torch._C._acc.register_python_privateuseone_hook(backend_registration._DummyPrivateUse1Hook())
+    torch._C._acc.register_python_privateuseone_device_guard(
+        backend_registration._DummyDeviceGuard())
+    _LIBRARY = torch.library.Library("aten", "IMPL")
+    _LIBRARY.impl("empty.memory_format", _empty, "PrivateUse1")
+    _LIBRARY.impl("empty_strided", _empty_strided, "PrivateUse1")
+    _LIBRARY.impl("_copy_from", _copy_from, "PrivateUse1")
+
+
+def device() -> torch.device:
+    """The spmd device: one virtual device spanning all physical devices.
+
+    Example: ``x = torch.randn(4, 4, device=torchspmd.device())``.
+    """
+    return torch.device("spmd", 0)
+
+
+def device_count() -> int:
+    """The number of physical devices (8 CPU devices on a host with no accelerator)."""
+    return len(devices())

@@ -1,0 +1,295 @@
+"""Where every op on an spmd tensor enters: record it, or run what must run now.
+
+Functional ops with a lowering become IR nodes; view ops share their input's storage;
+ops that mutate an argument are recorded as their functional form and the result is
+assigned to the argument; ops without a lowering use a PyTorch decomposition; anything
+else raises a ``NotImplementedError`` that names the op.
+"""
+
+from __future__ import annotations
+
+import functools
+import time
+
+import torch
+from torch._decomp import core_aten_decompositions
+
+from torchspmd.device.tensor import SpmdTensor
+from torchspmd.lazy.handle import Handle
+from torchspmd.lazy.node import TENSOR, Node, ScalarSlot
+from torchspmd.lazy.record import leaf_signature, meta_of, record
+from torchspmd.lazy.schema import (SCALAR, SCALARS, STATIC, TENSORS, functional_variant,
+                                   op_schema)
+from torchspmd.lazy.schema import TENSOR as KIND_TENSOR
+from torchspmd.lazy.node import TensorMeta
+from torchspmd.lazy.views import view_step
+from torchspmd.lowering import LOWERINGS, RANDOM_OPS
+from torchspmd.runtime import rng, transfer
+from torchspmd.runtime.execute import materialize
+from torchspmd.runtime.metrics import COUNTERS
+
+aten = torch.ops.aten
+
+_SLOTS = {float: ScalarSlot(float), int: ScalarSlot(int), bool: ScalarSlot(bool)}
+_DROPPED_KWARGS = ("device", "pin_memory", "layout")  # placement is ours to decide
+
+
+def dispatch(func, args: tuple, kwargs: dict):
+    """Handle one aten call on spmd tensors (``SpmdTensor.__torch_dispatch__``)."""
+    special = _SPECIAL.get(func)
+    if special is not None:  # may run a graph: not counted as tracing
+        return special(*args, **kwargs)
+    start = time.perf_counter()
+    schema = op_schema(func)
+    if schema.is_inplace_view:
+        result = _inplace_view(func, args, kwargs)
+    elif schema.is_mutating:
+        result = _mutate(func, schema, args, kwargs)
+    elif func in LOWERINGS:
+        node = _record(func, args, kwargs)
+        result = _views(func, args, node) if schema.is_view else _wrap(func, node)
+    else:
+        result = _decompose(func, args, kwargs)
+    COUNTERS["trace_time_s"] += time.perf_counter() - start
+    return result
+
+
+# --- recording -------------------------------------------------------------------------
+
+def _record(func, args, kwargs) -> Node:
+    schema = op_schema(func)
+    inputs, metas, scalars = [], [], []
+    kinds = schema.positional
+    template = tuple(_slot(a, kinds[i] if i < len(kinds) else STATIC, inputs, metas, scalars)
+                     for i, a in enumerate(args))
+    kw_template = tuple((k, _slot(v, schema.keyword.get(k, STATIC), inputs, metas, scalars))
+                        for k, v in kwargs.items() if k not in _DROPPED_KWARGS)
+    if func in RANDOM_OPS:
+        scalars.append(rng.next_seed())
+    COUNTERS["ops_traced"] += 1
+    return record(func, template, kw_template, tuple(inputs), tuple(metas), tuple(scalars))
+
+
+def _slot(arg, kind, inputs, metas, scalars):
+    """The template entry for ``arg``, collecting tensor values and scalar inputs."""
+    if type(arg) is SpmdTensor or isinstance(arg, SpmdTensor):
+        handle = arg._h
+        inputs.append(handle.value())
+        metas.append(handle.meta)
+        return TENSOR
+    if kind == STATIC:
+        return tuple(arg) if isinstance(arg, list) else arg
+    if kind == TENSORS or kind == SCALARS:
+        return tuple(_slot(a, KIND_TENSOR if kind == TENSORS else SCALAR, inputs, metas, scalars)
+                     for a in arg)
+    slot = _SLOTS.get(type(arg))
+    if slot is not None:  # a Python number used as a value: a graph input
+        scalars.append(arg)
+        return slot
+    if isinstance(arg, torch.Tensor):  # a CPU tensor; PyTorch allows 0-d ones with devices
+        if arg.dim() != 0:
+            raise RuntimeError("Expected all tensors to be on the same device, but found at "
+                               f"least two devices, spmd:0 and {arg.device}!")
+        value = _host_value(arg)
+        inputs.append(value)
+        metas.append(meta_of(value))
+        return TENSOR
+    return arg
+
+
+def _wrap(func, node: Node):
+    outs = [None if m is None else SpmdTensor(Handle.new((node, i), m))
+            for i, m in enumerate(node.sig.outputs)]
+    return _shape_result(func, outs)
+
+
+@functools.cache
+def _return_form(func) -> str:
+    returns = func._schema.returns
+    if len(returns) == 1:
+        return "list" if str(returns[0].type).startswith("List") else "single"
+    return "none" if not returns else "tuple"
+
+
+def _shape_result(func, outs: list):
+    form = _return_form(func)
+    if form == "single":
+        return outs[0]
+    if form == "list":
+        return outs
+    return None if form == "none" else tuple(outs)
+
+
+def _views(func, args, node: Node):
+    """Outputs of view op ``func`` share storage with its input (``x.view(...)``, ``x[0]``)."""
+    base = args[0]._h
+    static = args[1:]
+    outs = [base.viewed(view_step(func, tuple(static), i), (node, i), m)
+            for i, m in enumerate(node.sig.outputs)]
+    return _shape_result(func, [SpmdTensor(h) for h in outs])
+
+
+def _host_value(t: torch.Tensor) -> tuple[Node, int]:
+    """A leaf holding CPU tensor ``t`` (uploaded when first used)."""
+    node = Node.from_host(transfer.to_numpy(t))
+    node.sig = leaf_signature(TensorMeta(tuple(t.shape), tuple(t.contiguous().stride()), t.dtype))
+    return (node, 0)
+
+
+# --- mutation --------------------------------------------------------------------------
+
+def _mutate(func, schema, args, kwargs):
+    """``x.add_(y)``, ``torch.add(a, b, out=c)``: record the functional form, then assign."""
+    functional = functional_variant(func)
+    if functional is None:
+        raise _unsupported(func)
+    targets = [args[i] for i in schema.mutated] + [kwargs[k] for k in schema.mutated_kw]
+    targets = [t for group in targets for t in (group if isinstance(group, (list, tuple)) else [group])]
+    call_kwargs = {k: v for k, v in kwargs.items() if k not in schema.mutated_kw}
+    if schema.mutated_kw and "dtype" in op_schema(functional).keyword and "dtype" not in call_kwargs:
+        call_kwargs["dtype"] = targets[0].dtype  # factory .out ops: the out tensor's dtype
+    values = _compute(functional, args, call_kwargs)
+    extra = values[: len(values) - len(targets)]  # _functional ops return more first
+    for target, value in zip(targets, values[len(extra):]):
+        _assign(target, value)
+    if extra:
+        return _shape_result(func, [SpmdTensor(Handle.new(v, meta_of(v))) for v in extra])
+    return _shape_result(func, targets) if _return_form(func) != "none" else None
+
+
+def _compute(func, args, kwargs) -> list[tuple[Node, int]]:
+    """The values ``func`` computes, recorded directly or through its decomposition."""
+    if func in LOWERINGS:
+        node = _record(func, args, kwargs)
+        return [(node, i) for i in range(len(node.sig.outputs))]
+    out = _decompose(func, args, kwargs)
+    return [o._h.value() for o in (out if isinstance(out, (list, tuple)) else [out])]
+
+
+def _assign(target, value) -> None:
+    """Write ``value`` into ``target`` (cast to its dtype as PyTorch's in-place ops do)."""
+    if not isinstance(target, SpmdTensor):
+        target.copy_(to_cpu_value(value))
+        return
+    handle = target._h
+    meta = meta_of(value)
+    if meta.dtype != handle.meta.dtype:
+        value = (record(aten._to_copy.default, (TENSOR,), (("dtype", handle.meta.dtype),),
+                        (value,), (meta,)), 0)
+    if meta.shape != handle.meta.shape:
+        value = (record(aten.expand.default, (TENSOR, handle.meta.shape), (), (value,),
+                        (meta_of(value),)), 0)
+    handle.assign(value)
+
+
+def _inplace_view(func, args, kwargs):
+    """``x.t_()``, ``x.unsqueeze_(0)``: ``x`` itself becomes a view of its old self."""
+    target = args[0]
+    functional = functional_variant(func)
+    node = _record(functional, args, kwargs)
+    meta = node.sig.outputs[0]
+    target._h = target._h.viewed(view_step(functional, tuple(args[1:])), (node, 0), meta)
+    with torch._C._DisableTorchDispatch():
+        torch.ops.aten.as_strided_.default(target, meta.shape, meta.stride)
+    return target
+
+
+# --- ops that run now --------------------------------------------------------------------
+
+def to_cpu_value(value: tuple[Node, int]) -> torch.Tensor:
+    node, index = value
+    if node.host is not None:
+        return transfer.to_torch(node.host)
+    (array,) = materialize([value])
+    return transfer.to_torch(transfer.download(array))
+
+
+def to_cpu(t: SpmdTensor) -> torch.Tensor:
+    """The CPU value of ``t`` (runs the graph it needs)."""
+    return to_cpu_value(t._h.value()).reshape(t.shape)
+
+
+def _to_copy(t, *, dtype=None, layout=None, device=None, pin_memory=None,
+             non_blocking=False, memory_format=None):
+    if device is not None and torch.device(device).type != "spmd":
+        out = to_cpu(t) if isinstance(t, SpmdTensor) else t
+        return out.to(device=device, dtype=dtype or out.dtype)
+    if dtype is None or dtype == t.dtype:
+        return _wrap(aten.clone.default, _record(aten.clone.default, (t,), {}))
+    return _wrap(aten._to_copy.default, _record(aten._to_copy.default, (t,), {"dtype": dtype}))
+
+
+def _copy_(dst, src, non_blocking=False):
+    if not isinstance(dst, SpmdTensor):
+        return dst.copy_(to_cpu(src))
+    if isinstance(src, SpmdTensor):
+        value = src._h.value()
+    else:
+        src = src.to(dtype=dst.dtype).expand(dst.shape).contiguous()
+        value = _host_value(src)
+    _assign(dst, value)
+    return dst
+
+
+def _copy_from(src, dst, non_blocking=False):
+    return _copy_(dst, src)
+
+
+def _local_scalar_dense(t):
+    return to_cpu(t).item()
+
+
+def _equal(a, b):
+    a = to_cpu(a) if isinstance(a, SpmdTensor) else a
+    b = to_cpu(b) if isinstance(b, SpmdTensor) else b
+    return torch.equal(a, b)
+
+
+def _lift_fresh(t):
+    return t
+
+
+def _resize_(t, size, memory_format=None):
+    if tuple(size) == tuple(t.shape):
+        return t
+    if t.numel() != 0:
+        raise NotImplementedError("torchspmd: resize_ of a non-empty spmd tensor is not "
+                                  "supported; create a new tensor of the size you need.")
+    fresh = torch.zeros(size, dtype=t.dtype, device=t.device)
+    t._h = fresh._h
+    with torch._C._DisableTorchDispatch():
+        torch.ops.aten.as_strided_.default(t, fresh.shape, fresh.stride())
+    return t
+
+
+_SPECIAL = {
+    aten._to_copy.default: _to_copy,
+    aten.copy_.default: _copy_,
+    aten._copy_from.default: _copy_from,
+    aten._local_scalar_dense.default: _local_scalar_dense,
+    aten.equal.default: _equal,
+    aten.lift_fresh.default: _lift_fresh,
+    aten.resize_.default: _resize_,
+}
+
+
+# --- decompositions --------------------------------------------------------------------
+
+_DECOMPOSITIONS = core_aten_decompositions()
+
+
+def _decompose(func, args, kwargs):
+    decomposition = _DECOMPOSITIONS.get(func)
+    if decomposition is not None:
+        return decomposition(*args, **kwargs)
+    if torch._C._dispatch_has_kernel_for_dispatch_key(func.name(), "CompositeImplicitAutograd"):
+        return func.decompose(*args, **kwargs)
+    raise _unsupported(func)
+
+
+def _unsupported(func) -> NotImplementedError:
+    return NotImplementedError(
+        f"torchspmd: aten::{func._schema.name.split('::')[-1]}"
+        f"{'.' + func._overloadname if func._overloadname != 'default' else ''} is not "
+        "supported on the spmd device (no lowering or decomposition). Move the tensor to the "
+        "CPU for this op (t.cpu()), or file an issue with the op name.")

@@ -1,0 +1,72 @@
+"""The spmd device tensor: a wrapper subclass holding a lazy :class:`Handle`.
+
+Every op on it reaches ``__torch_dispatch__`` (``dispatch.py``); autograd, ``nn.Parameter``
+and ``Module.to`` work above it as on any device.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from torchspmd.lazy.handle import Handle
+
+DEVICE = torch.device("spmd", 0)
+
+
+class SpmdTensor(torch.Tensor):
+    """A tensor on ``torch.device("spmd", 0)``; its value is a lazy graph value or device data.
+
+    Example::
+
+        >>> x = torch.ones(2, device="spmd") * 3   # recorded, not run
+        >>> x.cpu()                                  # runs the graph
+        tensor([3., 3.])
+    """
+
+    _h: Handle
+
+    @staticmethod
+    def __new__(cls, handle: Handle, requires_grad: bool = False):
+        meta = handle.meta
+        t = torch.Tensor._make_wrapper_subclass(
+            cls, meta.shape, strides=meta.stride, dtype=meta.dtype, device=DEVICE,
+            requires_grad=requires_grad)
+        t._h = handle
+        return t
+
+    # Results are made by __torch_dispatch__ already; skip __torch_function__ entirely.
+    __torch_function__ = torch._C._disabled_torch_function_impl
+
+    @classmethod
+    def __torch_dispatch__(cls, func, types, args=(), kwargs=None):
+        from torchspmd.device.dispatch import dispatch
+
+        return dispatch(func, args, kwargs or {})
+
+    def __repr__(self, *, tensor_contents=None) -> str:
+        from torchspmd.device.dispatch import to_cpu
+
+        text = torch._tensor_str._str(to_cpu(self))
+        suffix = f", device='{self.device}'"
+        if self.grad_fn is not None:
+            suffix += f", grad_fn=<{type(self.grad_fn).__name__}>"
+        elif self.requires_grad:
+            suffix += ", requires_grad=True"
+        return text[:-1] + suffix + ")" if text.endswith(")") else text
+
+    def numpy(self, *, force: bool = False):
+        raise TypeError(f"can't convert {self.device} device type tensor to numpy. "
+                        "Use Tensor.cpu() to copy the tensor to host memory first.")
+
+    def __reduce_ex__(self, protocol):
+        # torch.save and pickle store a CPU copy, as the issue asks.
+        from torchspmd.device.dispatch import to_cpu
+
+        return to_cpu(self).detach().requires_grad_(self.requires_grad).__reduce_ex__(protocol)
+
+    def __deepcopy__(self, memo):
+        if id(self) in memo:
+            return memo[id(self)]
+        copy = self.detach().clone().requires_grad_(self.requires_grad)
+        memo[id(self)] = copy
+        return copy

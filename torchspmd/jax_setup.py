@@ -1,0 +1,27 @@
+"""JAX configuration that must happen before JAX's backend starts.
+
+Imported first by ``torchspmd/__init__.py``. On a host with no accelerator JAX gets
+``TORCHSPMD_CPU_DEVICES`` CPU devices (default 8), so meshes of 8 work everywhere.
+x64 is on so int64/float64 tensors keep their dtype.
+"""
+
+import os
+
+import jax
+
+DEFAULT_CPU_DEVICES = 8
+
+
+def _configure() -> None:
+    jax.config.update("jax_enable_x64", True)
+    count = int(os.environ.get("TORCHSPMD_CPU_DEVICES", DEFAULT_CPU_DEVICES))
+    # Must precede the first backend use; harmless when an accelerator is the default.
+    jax.config.update("jax_num_cpu_devices", count)
+
+
+_configure()
+
+
+def devices() -> list:
+    """The physical devices torchspmd runs on, in id order (id i is ``devices()[i]``)."""
+    return jax.devices()

@@ -1,0 +1,77 @@
+"""Handles: what an spmd tensor holds. Bases own a Storage; views re-derive from it.
+
+PyTorch semantics say a view and its base share memory: ``x[0].add_(1)`` changes ``x``,
+and ``x.add_(1)`` changes every view of ``x``. Values here are immutable graph values,
+so a Storage keeps the *current* value of the base and a version number; a view keeps
+the chain of view ops that derives it from the base, re-derived lazily when the version
+moved, and a write to a view is scattered back into a new base value (``views.py``).
+"""
+
+from __future__ import annotations
+
+import weakref
+
+from torchspmd.lazy.node import Node, TensorMeta
+from torchspmd.lazy.views import derive, write_back
+
+# Storages whose value is still a pending graph: ``sync()`` computes exactly these.
+# The design's live-handle registry; weak, so a dropped tensor's graph is never run.
+PENDING: "weakref.WeakSet[Storage]" = weakref.WeakSet()
+
+
+class Storage:
+    """The current value of a base tensor, shared by the base and all its views."""
+
+    __slots__ = ("value", "meta", "version", "__weakref__")
+
+    def __init__(self, value: tuple[Node, int], meta: TensorMeta):
+        self.meta = meta
+        self.version = 0
+        self.value = value
+        if not value[0].is_leaf:
+            PENDING.add(self)
+
+    def set(self, value: tuple[Node, int]) -> None:
+        self.value = value
+        self.version += 1
+        if not value[0].is_leaf:
+            PENDING.add(self)
+
+
+class Handle:
+    """A tensor's lazy state: its storage, and the view chain from the storage's base."""
+
+    __slots__ = ("storage", "view", "meta", "_cached", "_cached_version")
+
+    def __init__(self, storage: Storage, meta: TensorMeta, view: tuple = (), cached=None):
+        self.storage = storage
+        self.meta = meta
+        self.view = view  # () for a base; else a tuple of views.ViewStep
+        self._cached = cached
+        self._cached_version = storage.version
+
+    @classmethod
+    def new(cls, value: tuple[Node, int], meta: TensorMeta) -> "Handle":
+        return cls(Storage(value, meta), meta)
+
+    def value(self) -> tuple[Node, int]:
+        """The tensor's current graph value (a view is re-derived if its base changed)."""
+        if not self.view:
+            return self.storage.value
+        if self._cached is None or self._cached_version != self.storage.version:
+            self._cached = derive(self.storage.value, self.storage.meta, self.view)
+            self._cached_version = self.storage.version
+        return self._cached
+
+    def assign(self, value: tuple[Node, int]) -> None:
+        """In-place update: this tensor now holds ``value`` (its base and views see it)."""
+        if not self.view:
+            self.storage.set(value)
+            return
+        write_back(self.storage, self.view, value)
+        self._cached = value
+        self._cached_version = self.storage.version
+
+    def viewed(self, step, value: tuple[Node, int], meta: TensorMeta) -> "Handle":
+        """A handle for the view ``step`` of this tensor, whose value is ``value``."""
+        return Handle(self.storage, meta, self.view + (step,), value)

@@ -1,0 +1,36 @@
+"""Recording: one aten call becomes one IR node (shape inference from the cache)."""
+
+from __future__ import annotations
+
+from torchspmd.lazy.node import TENSOR, Node, Signature, TensorMeta
+from torchspmd.lazy.shapes import signature
+
+
+def record(op, template: tuple, kw_template: tuple, inputs: tuple, metas: tuple,
+           scalars: tuple = ()) -> Node:
+    """A new node for ``op``; ``inputs`` are the values of the template's tensor slots.
+
+    Example: ``record(aten.neg.default, (TENSOR,), (), (x,), (x_meta,))``.
+    """
+    return Node(signature(op, template, kw_template, metas, scalars), inputs, scalars)
+
+
+def meta_of(value: tuple[Node, int]) -> TensorMeta:
+    """The :class:`TensorMeta` of a graph value."""
+    node, index = value
+    return node.sig.outputs[index]
+
+
+def leaf_signature(meta: TensorMeta) -> Signature:
+    """The signature of a data leaf: no op, one output."""
+    return Signature(-1, None, (), (), (meta,))
+
+
+def record_unary(op, value: tuple[Node, int], *static) -> tuple[Node, int]:
+    """Record ``op(value, *static)`` where only the first argument is a tensor; its value."""
+    return (record(op, (TENSOR, *static), (), (value,), (meta_of(value),)), 0)
+
+
+def record_binary(op, a: tuple[Node, int], b: tuple[Node, int], *static) -> tuple[Node, int]:
+    """Record ``op(a, b, *static)``; its value."""
+    return (record(op, (TENSOR, TENSOR, *static), (), (a, b), (meta_of(a), meta_of(b))), 0)

@@ -1,0 +1,40 @@
+"""PyTorch <-> JAX dtype mapping (explicit, so nothing depends on JAX's defaults)."""
+
+import jax.numpy as jnp
+import numpy as np
+import torch
+
+_TORCH_TO_JAX = {
+    torch.float32: jnp.float32,
+    torch.float64: jnp.float64,
+    torch.float16: jnp.float16,
+    torch.bfloat16: jnp.bfloat16,
+    torch.int8: jnp.int8,
+    torch.int16: jnp.int16,
+    torch.int32: jnp.int32,
+    torch.int64: jnp.int64,
+    torch.uint8: jnp.uint8,
+    torch.bool: jnp.bool_,
+    torch.complex64: jnp.complex64,
+    torch.complex128: jnp.complex128,
+}
+_JAX_TO_TORCH = {np.dtype(j): t for t, j in _TORCH_TO_JAX.items()}
+
+
+def to_jax_dtype(dtype: torch.dtype) -> np.dtype:
+    """``torch.float32`` -> ``dtype('float32')``; unsupported dtypes raise ``TypeError``.
+
+    Example: ``to_jax_dtype(torch.bfloat16) == jnp.bfloat16``.
+    """
+    try:
+        return np.dtype(_TORCH_TO_JAX[dtype])
+    except KeyError:
+        raise TypeError(f"torchspmd: dtype {dtype} is not supported on the spmd device") from None
+
+
+def to_torch_dtype(dtype) -> torch.dtype:
+    """The inverse of :func:`to_jax_dtype`. Example: ``to_torch_dtype(jnp.int64) == torch.int64``."""
+    try:
+        return _JAX_TO_TORCH[np.dtype(dtype)]
+    except KeyError:
+        raise TypeError(f"torchspmd: JAX dtype {dtype} has no PyTorch equivalent") from None

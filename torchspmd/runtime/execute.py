@@ -1,0 +1,83 @@
+"""sync: compile (or find in the cache) and run the pending graph; results become data."""
+
+from __future__ import annotations
+
+import jax
+
+from torchspmd.lazy.handle import PENDING
+from torchspmd.lazy.node import Node
+from torchspmd.runtime import transfer
+from torchspmd.runtime.graph import collect
+from torchspmd.runtime.metrics import COUNTERS
+from torchspmd.runtime.program import Program
+
+# The compile cache (a registry the design names): graph key -> Program.
+_PROGRAMS: dict[tuple, Program] = {}
+# Outputs of runs not yet waited for, so wait_device_ops() can block on them.
+_IN_FLIGHT: list = []
+
+
+def sync(wait: bool = False) -> None:
+    """Compile and run every live tensor's pending graph.
+
+    Example::
+
+        loss = model(x).sum(); loss.backward(); opt.step()
+        torchspmd.sync()   # one compiled program for the whole step
+    """
+    roots = [s.value[0] for s in list(PENDING) if not s.value[0].is_leaf]
+    PENDING.clear()
+    execute(list(dict.fromkeys(roots)))
+    if wait:
+        wait_device_ops()
+
+
+def materialize(values: list[tuple[Node, int]]) -> list[jax.Array]:
+    """The arrays of ``values``, running just the graph they need."""
+    pending = list(dict.fromkeys(n for n, _ in values if not n.is_leaf))
+    execute(pending)
+    result = []
+    for node, index in values:
+        if node.host is not None:
+            upload_leaf(node)
+        result.append(node.arrays[index])
+    return result
+
+
+def execute(roots: list[Node]) -> None:
+    """Run the graph of ``roots``; afterwards each root is a leaf holding its arrays."""
+    if not roots:
+        return
+    graph = collect(roots)
+    program = _PROGRAMS.get(graph.key)
+    if program is None:
+        program = _PROGRAMS[graph.key] = Program(graph)
+    else:
+        COUNTERS["cache_hits"] += 1
+    for leaf in graph.leaves:
+        if leaf.host is not None:
+            upload_leaf(leaf)
+    outputs = program.run(graph, [leaf.arrays[0] for leaf in graph.leaves])
+    for root, arrays in zip(graph.roots, outputs):
+        full = [None] * len(root.sig.outputs)
+        for i, a in zip((i for i, m in enumerate(root.sig.outputs) if m is not None), arrays):
+            full[i] = a
+        root.materialized(full)
+    _IN_FLIGHT.extend(a for arrays in outputs for a in arrays)
+
+
+def upload_leaf(leaf: Node) -> None:
+    """Send a host leaf to the devices (with the sharding it was marked with, if any)."""
+    leaf.arrays = [transfer.upload(leaf.host, leaf.host_sharding)]
+    leaf.host = None
+
+
+def wait_device_ops() -> None:
+    """Block until every computation started so far has finished."""
+    jax.block_until_ready(_IN_FLIGHT)
+    _IN_FLIGHT.clear()
+
+
+def compiled_programs() -> int:
+    """How many distinct graphs are in the compile cache."""
+    return len(_PROGRAMS)

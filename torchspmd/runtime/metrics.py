@@ -1,0 +1,34 @@
+"""Counters of what the runtime did: the numbers users check to see recompiles and copies."""
+
+from __future__ import annotations
+
+# The design's metrics registry: name -> number, updated in place by the runtime.
+COUNTERS: dict[str, float] = {}
+
+
+def reset() -> None:
+    """Zero every counter. Example: ``reset(); ...; metrics()["graphs_compiled"]``."""
+    COUNTERS.update(
+        graphs_compiled=0,  # XLA compilations (a new graph, or new input shardings)
+        cache_hits=0,  # syncs whose graph was already compiled
+        executions=0,  # compiled programs run
+        ops_traced=0,  # aten calls recorded
+        trace_time_s=0.0,  # time spent recording those calls
+        compile_time_s=0.0,  # time spent tracing to JAX and compiling with XLA
+        bytes_to_device=0,  # host -> device, summed over devices
+        bytes_to_host=0,  # device -> host
+    )
+
+
+def metrics() -> dict[str, float]:
+    """A copy of the counters.
+
+    Example::
+
+        >>> torchspmd.metrics()["graphs_compiled"]
+        3
+    """
+    return dict(COUNTERS)
+
+
+reset()

@@ -1,0 +1,128 @@
+"""A compiled graph: the nodes replayed through the lowering table inside ``jax.jit``.
+
+A :class:`Program` is built from a graph's signatures and wiring only (never from the
+nodes themselves), so it serves every later graph with the same key.
+"""
+
+from __future__ import annotations
+
+import time
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from torchspmd.lazy.node import TENSOR, ScalarSlot, TensorMeta
+from torchspmd.lowering import LOWERINGS, RANDOM_OPS
+from torchspmd.lowering.dtypes import to_jax_dtype
+from torchspmd.runtime.graph import Graph
+from torchspmd.runtime.metrics import COUNTERS
+
+_KINDS = (float, int, bool)
+_VECTOR_DTYPES = (np.float64, np.int64, np.bool_)
+
+
+class Program:
+    """The jitted replay of one graph shape; call :meth:`run` with a graph of that key."""
+
+    def __init__(self, graph: Graph):
+        position = {n: i for i, n in enumerate(graph.nodes)}
+        position.update({leaf: ~i for i, leaf in enumerate(graph.leaves)})
+        self.steps = [(n.sig, [(position[m], j) for m, j in n.inputs]) for n in graph.nodes]
+        self.roots = [(position[r], [i for i, m in enumerate(r.sig.outputs) if m is not None])
+                      for r in graph.roots]
+        # Each scalar input's vector (float, int or bool) and its index there.
+        self.scalar_kinds = [kind for sig, _ in self.steps for kind in _scalar_kinds(sig)]
+        self.jitted = jax.jit(self._replay)
+        self.compiled_once = False
+
+    def run(self, graph: Graph, leaf_arrays: list) -> list[list]:
+        """Execute on ``graph``'s scalars and ``leaf_arrays``; the roots' output arrays."""
+        flat = [s for n in graph.nodes for s in n.scalars]
+        vectors = [np.array([s for s, k in zip(flat, self.scalar_kinds) if k is kind], dtype=dt)
+                   for kind, dt in zip(_KINDS, _VECTOR_DTYPES)]
+        start = time.perf_counter()
+        outputs = self.jitted(leaf_arrays, *vectors)
+        if not self.compiled_once:
+            self.compiled_once = True
+            COUNTERS["compile_time_s"] += time.perf_counter() - start
+        COUNTERS["executions"] += 1
+        return outputs
+
+    def _replay(self, leaves, floats, ints, bools):
+        COUNTERS["graphs_compiled"] += 1  # runs only while JAX traces, i.e. compiles
+        vectors = {float: iter(_unstack(floats)), int: iter(_unstack(ints)),
+                   bool: iter(_unstack(bools))}
+        values: list[list] = []
+        for sig, operands in self.steps:
+            inputs = iter([leaves[~p] if p < 0 else values[p][j] for p, j in operands])
+            args = [_fill(a, inputs, vectors) for a in sig.template]
+            kwargs = {k: _fill(v, inputs, vectors) for k, v in sig.kw_template}
+            if sig.op in RANDOM_OPS:
+                kwargs["key"] = jax.random.key(next(vectors[int]))
+            values.append(_check(sig, LOWERINGS[sig.op](_jax_meta(sig), *args, **kwargs)))
+        return [[values[p][i] if p >= 0 else leaves[~p] for i in outs] for p, outs in self.roots]
+
+
+def _scalar_kinds(sig) -> list:
+    kinds = []
+
+    def visit(item):
+        if isinstance(item, ScalarSlot):
+            kinds.append(float if item.kind is float else int if item.kind is int else bool)
+        elif isinstance(item, tuple):
+            for i in item:
+                visit(i)
+
+    for a in sig.template:
+        visit(a)
+    for _, v in sig.kw_template:
+        visit(v)
+    if sig.op in RANDOM_OPS:
+        kinds.append(int)
+    return kinds
+
+
+def _unstack(vector):
+    return [vector[i] for i in range(vector.shape[0])]
+
+
+def _fill(item, inputs, vectors):
+    if item is TENSOR:
+        return next(inputs)
+    if isinstance(item, ScalarSlot):
+        return next(vectors[float if item.kind is float else int if item.kind is int else bool])
+    if isinstance(item, tuple):
+        return [_fill(i, inputs, vectors) for i in item]
+    return item
+
+
+def _jax_meta(sig):
+    metas = tuple(_struct(m) for m in sig.outputs)
+    return metas[0] if len(metas) == 1 else metas
+
+
+def _struct(meta):
+    if isinstance(meta, TensorMeta):
+        return jax.ShapeDtypeStruct(meta.shape, to_jax_dtype(meta.dtype))
+    return None
+
+
+def _check(sig, result) -> list:
+    """The lowering's outputs as a list, in the inferred dtypes; shape mismatches are bugs."""
+    results = list(result) if isinstance(result, (tuple, list)) else [result]
+    if len(results) != len(sig.outputs):
+        raise AssertionError(f"torchspmd: lowering of {sig.op} returned {len(results)} outputs, "
+                             f"expected {len(sig.outputs)}")
+    checked = []
+    for value, meta in zip(results, sig.outputs):
+        if meta is None or value is None:
+            checked.append(None)
+            continue
+        value = jnp.asarray(value)
+        if tuple(value.shape) != meta.shape:
+            raise AssertionError(f"torchspmd: lowering of {sig.op} gave shape {value.shape}, "
+                                 f"PyTorch infers {meta.shape}")
+        dtype = to_jax_dtype(meta.dtype)
+        checked.append(value if value.dtype == dtype else value.astype(dtype))
+    return checked

@@ -1,0 +1,49 @@
+"""Host <-> device copies, bit-exact for every dtype, with byte counters."""
+
+from __future__ import annotations
+
+import functools
+
+import jax
+import ml_dtypes
+import numpy as np
+import torch
+
+from torchspmd.jax_setup import devices
+from torchspmd.runtime.metrics import COUNTERS
+
+
+def to_numpy(t: torch.Tensor) -> np.ndarray:
+    """A numpy copy of CPU tensor ``t`` (bfloat16 through its bits, so nothing rounds)."""
+    t = t.detach().contiguous()
+    if t.dtype == torch.bfloat16:
+        return t.view(torch.int16).numpy().view(ml_dtypes.bfloat16).copy()
+    return t.numpy().copy()
+
+
+def to_torch(a: np.ndarray) -> torch.Tensor:
+    """A CPU tensor holding numpy array ``a`` (bfloat16 through its bits)."""
+    if a.dtype == ml_dtypes.bfloat16:
+        return torch.from_numpy(np.ascontiguousarray(a).view(np.int16)).view(torch.bfloat16)
+    return torch.from_numpy(np.array(a, copy=True))
+
+
+@functools.cache
+def replicated() -> jax.sharding.NamedSharding:
+    """Unsharded data's layout: replicated over every device (PyTorch/XLA's virtual device)."""
+    mesh = jax.sharding.Mesh(np.array(devices()), ("_all",))
+    return jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec())
+
+
+def upload(host: np.ndarray, sharding: jax.sharding.Sharding | None = None) -> jax.Array:
+    """Put ``host`` on the devices: each device receives only its own shard."""
+    array = jax.device_put(host, sharding or replicated())
+    COUNTERS["bytes_to_device"] += sum(s.data.nbytes for s in array.addressable_shards)
+    return array
+
+
+def download(array: jax.Array) -> np.ndarray:
+    """The full value of ``array`` on the host."""
+    host = np.asarray(array)
+    COUNTERS["bytes_to_host"] += host.nbytes
+    return host
