@@ -11,12 +11,10 @@ import types
 import torch
 from torch.utils import backend_registration
 
-from torchspmd.device.dispatch import _copy_from
+from torchspmd.device.dispatch import _allocate_handle, _contiguous_strides, _copy_from
 from torchspmd.device.tensor import SpmdTensor
 from torchspmd.jax_setup import devices
-from torchspmd.lazy.handle import Handle
 from torchspmd.lazy.node import TensorMeta
-from torchspmd.lazy.record import record
 from torchspmd.runtime import rng
 from torchspmd.runtime.execute import wait_device_ops
 
@@ -33,12 +31,9 @@ def _empty_strided(size, stride, dtype=None, layout=None, device=None, pin_memor
 
 def _allocate(size, stride, dtype) -> SpmdTensor:
     """A fresh tensor; its (unspecified) contents are zeros, computed only if read."""
-    dtype = dtype or torch.get_default_dtype()
-    node = record(aten.zeros.default, (size,), (("dtype", dtype),), (), ())
-    meta = node.sig.outputs[0]
-    if stride is not None:
-        meta = TensorMeta(meta.shape, stride, meta.dtype)
-    return SpmdTensor(Handle.new((node, 0), meta))
+    stride = stride if stride is not None else _contiguous_strides(size)
+    meta = TensorMeta(size, stride, dtype or torch.get_default_dtype())
+    return SpmdTensor(_allocate_handle(meta), resizable=True)
 
 
 def _device_module() -> types.ModuleType:

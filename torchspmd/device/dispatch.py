@@ -18,6 +18,7 @@ from torchspmd.device.tensor import SpmdTensor
 from torchspmd.lazy.handle import Handle
 from torchspmd.lazy.node import TENSOR, Node, ScalarSlot
 from torchspmd.lazy.record import leaf_signature, meta_of, record
+from torchspmd.lazy.shapes import signature
 from torchspmd.lazy.schema import (SCALAR, SCALARS, STATIC, TENSORS, functional_variant,
                                    op_schema)
 from torchspmd.lazy.schema import TENSOR as KIND_TENSOR
@@ -57,6 +58,15 @@ def dispatch(func, args: tuple, kwargs: dict):
 # --- recording -------------------------------------------------------------------------
 
 def _record(func, args, kwargs) -> Node:
+    template, kw_template, inputs, metas, scalars = _flatten(func, args, kwargs)
+    if func in RANDOM_OPS:
+        scalars.append(rng.next_seed())
+    COUNTERS["ops_traced"] += 1
+    return record(func, template, kw_template, tuple(inputs), tuple(metas), tuple(scalars))
+
+
+def _flatten(func, args, kwargs):
+    """Split a call into its template, tensor values, their metas and scalar inputs."""
     schema = op_schema(func)
     inputs, metas, scalars = [], [], []
     kinds = schema.positional
@@ -64,10 +74,7 @@ def _record(func, args, kwargs) -> Node:
                      for i, a in enumerate(args))
     kw_template = tuple((k, _slot(v, schema.keyword.get(k, STATIC), inputs, metas, scalars))
                         for k, v in kwargs.items() if k not in _DROPPED_KWARGS)
-    if func in RANDOM_OPS:
-        scalars.append(rng.next_seed())
-    COUNTERS["ops_traced"] += 1
-    return record(func, template, kw_template, tuple(inputs), tuple(metas), tuple(scalars))
+    return template, kw_template, inputs, metas, scalars
 
 
 def _slot(arg, kind, inputs, metas, scalars):
@@ -143,6 +150,7 @@ def _mutate(func, schema, args, kwargs):
     functional = functional_variant(func)
     if functional is None:
         raise _unsupported(func)
+    _check_mutation(func, args, kwargs)
     targets = [args[i] for i in schema.mutated] + [kwargs[k] for k in schema.mutated_kw]
     targets = [t for group in targets for t in (group if isinstance(group, (list, tuple)) else [group])]
     call_kwargs = {k: v for k, v in kwargs.items() if k not in schema.mutated_kw}
@@ -151,10 +159,22 @@ def _mutate(func, schema, args, kwargs):
     values = _compute(functional, args, call_kwargs)
     extra = values[: len(values) - len(targets)]  # _functional ops return more first
     for target, value in zip(targets, values[len(extra):]):
+        if schema.mutated_kw and meta_of(value).shape != tuple(target.shape):
+            _resize(target, meta_of(value))  # out= tensors take the result's shape
         _assign(target, value)
     if extra:
         return _shape_result(func, [SpmdTensor(Handle.new(v, meta_of(v))) for v in extra])
     return _shape_result(func, targets) if _return_form(func) != "none" else None
+
+
+def _check_mutation(func, args, kwargs) -> None:
+    """Raise what PyTorch raises for this in-place call (bad casts, shapes), once per kind.
+
+    The mutating op's own meta kernel does the checks; its signature is cached like any
+    other, so a training loop pays a dict lookup.
+    """
+    template, kw_template, _, metas, scalars = _flatten(func, args, kwargs)
+    signature(func, template, kw_template, tuple(metas), tuple(scalars))
 
 
 def _compute(func, args, kwargs) -> list[tuple[Node, int]]:
@@ -255,11 +275,30 @@ def _resize_(t, size, memory_format=None):
     if t.numel() != 0:
         raise NotImplementedError("torchspmd: resize_ of a non-empty spmd tensor is not "
                                   "supported; create a new tensor of the size you need.")
-    fresh = torch.zeros(size, dtype=t.dtype, device=t.device)
-    t._h = fresh._h
-    with torch._C._DisableTorchDispatch():
-        torch.ops.aten.as_strided_.default(t, fresh.shape, fresh.stride())
+    _resize(t, torch.zeros(size, dtype=t.dtype, device=t.device)._h.meta)
     return t
+
+
+def _resize(t: SpmdTensor, meta: TensorMeta) -> None:
+    """Give ``t`` a fresh storage of ``meta``'s shape (its old contents are dropped)."""
+    meta = TensorMeta(meta.shape, _contiguous_strides(meta.shape), t.dtype)
+    t._h = _allocate_handle(meta)
+    with torch._C._DisableTorchDispatch():
+        torch.ops.aten.as_strided_.default(t, meta.shape, meta.stride)
+
+
+def _contiguous_strides(shape) -> tuple[int, ...]:
+    strides, step = [], 1
+    for size in reversed(shape):
+        strides.append(step)
+        step *= max(size, 1)
+    return tuple(reversed(strides))
+
+
+def _allocate_handle(meta: TensorMeta) -> Handle:
+    """A handle whose value is zeros of ``meta`` (the unspecified contents of ``empty``)."""
+    node = record(aten.zeros.default, (meta.shape,), (("dtype", meta.dtype),), (), ())
+    return Handle.new((node, 0), meta)
 
 
 _SPECIAL = {

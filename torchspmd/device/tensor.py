@@ -11,6 +11,7 @@ import torch
 from torchspmd.lazy.handle import Handle
 
 DEVICE = torch.device("spmd", 0)
+RESIZABLE_BYTES = 1 << 50
 
 
 class SpmdTensor(torch.Tensor):
@@ -26,11 +27,14 @@ class SpmdTensor(torch.Tensor):
     _h: Handle
 
     @staticmethod
-    def __new__(cls, handle: Handle, requires_grad: bool = False):
+    def __new__(cls, handle: Handle, requires_grad: bool = False, resizable: bool = False):
         meta = handle.meta
+        # The wrapper's storage holds no data; a resizable one (from ``empty``, which
+        # ``out=`` ops may resize) claims room for any size so as_strided_ can grow it.
+        extra = {"storage_size": RESIZABLE_BYTES} if resizable else {}
         t = torch.Tensor._make_wrapper_subclass(
             cls, meta.shape, strides=meta.stride, dtype=meta.dtype, device=DEVICE,
-            requires_grad=requires_grad)
+            requires_grad=requires_grad, **extra)
         t._h = handle
         return t
 
@@ -53,6 +57,11 @@ class SpmdTensor(torch.Tensor):
         elif self.requires_grad:
             suffix += ", requires_grad=True"
         return text[:-1] + suffix + ")" if text.endswith(")") else text
+
+    def tolist(self):
+        from torchspmd.device.dispatch import to_cpu
+
+        return to_cpu(self).tolist()
 
     def numpy(self, *, force: bool = False):
         raise TypeError(f"can't convert {self.device} device type tensor to numpy. "

@@ -8,6 +8,7 @@ held by intermediate values is freed as soon as nothing pending needs it.
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
@@ -62,15 +63,19 @@ class ScalarSlot:
 class Node:
     """One recorded op (``sig``, ``inputs``, ``scalars``) or a leaf (``arrays``/``host``)."""
 
-    __slots__ = ("sig", "inputs", "scalars", "arrays", "host", "host_sharding", "__weakref__")
+    __slots__ = ("seq", "sig", "inputs", "scalars", "arrays", "host", "sharding", "__weakref__")
+
+    # Creation order: graphs list their roots in it, so the same program gets the same key.
+    _counter = itertools.count()
 
     def __init__(self, sig: Signature | None, inputs: tuple = (), scalars: tuple = ()):
+        self.seq = next(Node._counter)
         self.sig = sig
         self.inputs = inputs  # tuple of (Node, index) values
         self.scalars = scalars  # Python numbers for the ScalarSlots, in template order
         self.arrays = None  # list of jax.Array, one per output, once computed
         self.host = None  # numpy array not yet uploaded (leaves made from CPU data)
-        self.host_sharding = None  # the sharding to upload ``host`` with (None: replicated)
+        self.sharding = None  # a leaf's annotated sharding (uploads use it; None: replicated)
 
     @classmethod
     def from_arrays(cls, arrays: list) -> "Node":

@@ -26,11 +26,18 @@ def leaf_signature(meta: TensorMeta) -> Signature:
     return Signature(-1, None, (), (), (meta,))
 
 
+def freeze(arg):
+    """A hashable template entry for a static argument (lists become tuples)."""
+    return tuple(freeze(a) for a in arg) if isinstance(arg, (list, tuple)) else arg
+
+
 def record_unary(op, value: tuple[Node, int], *static) -> tuple[Node, int]:
     """Record ``op(value, *static)`` where only the first argument is a tensor; its value."""
-    return (record(op, (TENSOR, *static), (), (value,), (meta_of(value),)), 0)
+    template = (TENSOR, *map(freeze, static))
+    return (record(op, template, (), (value,), (meta_of(value),)), 0)
 
 
 def record_binary(op, a: tuple[Node, int], b: tuple[Node, int], *static) -> tuple[Node, int]:
     """Record ``op(a, b, *static)``; its value."""
-    return (record(op, (TENSOR, TENSOR, *static), (), (a, b), (meta_of(a), meta_of(b))), 0)
+    template = (TENSOR, TENSOR, *map(freeze, static))
+    return (record(op, template, (), (a, b), (meta_of(a), meta_of(b))), 0)

@@ -43,7 +43,7 @@ def _infer(op, template, kw_template, metas, scalars) -> tuple:
         out = op(*args, **kwargs)
     except NotImplementedError as e:
         raise UnsupportedOp(
-            f"torchspmd: aten::{op.__name__} is not supported on the spmd device: its output "
+            f"torchspmd: {op.__name__} is not supported on the spmd device: its output "
             f"shape depends on the data. Move the tensor to the CPU first (t.cpu()).") from e
     if isinstance(out, torch.Tensor):
         return (_meta_of(out),)
@@ -53,7 +53,8 @@ def _infer(op, template, kw_template, metas, scalars) -> tuple:
 
 
 def _takes_device(op) -> bool:
-    return any(a.name == "device" and a.kwarg_only for a in op._schema.arguments)
+    schema = getattr(op, "_schema", None)  # annotation pseudo-ops have none
+    return schema is not None and any(a.name == "device" and a.kwarg_only for a in schema.arguments)
 
 
 def _meta_of(out):

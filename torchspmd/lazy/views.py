@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import torch
 
 from torchspmd.lazy.node import TENSOR, Node, TensorMeta
-from torchspmd.lazy.record import meta_of, record, record_binary, record_unary
+from torchspmd.lazy.record import freeze, meta_of, record, record_binary, record_unary
 
 aten = torch.ops.aten
 
@@ -31,7 +31,7 @@ def view_step(op, args: tuple, index: int = 0) -> ViewStep:
     """A :class:`ViewStep` with the schema's defaults filled in, so inverses see every argument."""
     schema_args = op._schema.arguments[1:]
     full = list(args) + [a.default_value for a in schema_args[len(args):] if not a.kwarg_only]
-    return ViewStep(op, tuple(full), index)
+    return ViewStep(op, freeze(full), index)
 
 
 def apply(step: ViewStep, value: tuple[Node, int]) -> tuple[Node, int]:

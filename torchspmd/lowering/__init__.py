@@ -6,7 +6,7 @@ from torchspmd.lowering.registry import LOWERINGS, RANDOM_OPS, lowers
 
 # One module per op family; each registers its lowerings on import.
 _FAMILIES = ("elementwise", "reductions", "foreach", "shape", "indexing", "factory", "random",
-             "linalg", "nn", "conv")
+             "linalg", "nn", "conv", "annotations")
 
 for _family in _FAMILIES:
     try:

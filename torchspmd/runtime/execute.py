@@ -13,6 +13,8 @@ from torchspmd.runtime.program import Program
 
 # The compile cache (a registry the design names): graph key -> Program.
 _PROGRAMS: dict[tuple, Program] = {}
+# The latest program run, for debug.last_hlo() / debug.collectives().
+_LAST: list[Program] = []
 # Outputs of runs not yet waited for, so wait_device_ops() can block on them.
 _IN_FLIGHT: list = []
 
@@ -25,9 +27,9 @@ def sync(wait: bool = False) -> None:
         loss = model(x).sum(); loss.backward(); opt.step()
         torchspmd.sync()   # one compiled program for the whole step
     """
-    roots = [s.value[0] for s in list(PENDING) if not s.value[0].is_leaf]
+    roots = {s.value[0] for s in list(PENDING) if not s.value[0].is_leaf}
     PENDING.clear()
-    execute(list(dict.fromkeys(roots)))
+    execute(sorted(roots, key=lambda n: n.seq))
     if wait:
         wait_device_ops()
 
@@ -54,10 +56,11 @@ def execute(roots: list[Node]) -> None:
         program = _PROGRAMS[graph.key] = Program(graph)
     else:
         COUNTERS["cache_hits"] += 1
-    for leaf in graph.leaves:
+    for leaf, _ in graph.leaves:
         if leaf.host is not None:
             upload_leaf(leaf)
-    outputs = program.run(graph, [leaf.arrays[0] for leaf in graph.leaves])
+    outputs = program.run(graph, [leaf.arrays[i] for leaf, i in graph.leaves])
+    _LAST[:] = [program]
     for root, arrays in zip(graph.roots, outputs):
         full = [None] * len(root.sig.outputs)
         for i, a in zip((i for i, m in enumerate(root.sig.outputs) if m is not None), arrays):
@@ -68,7 +71,7 @@ def execute(roots: list[Node]) -> None:
 
 def upload_leaf(leaf: Node) -> None:
     """Send a host leaf to the devices (with the sharding it was marked with, if any)."""
-    leaf.arrays = [transfer.upload(leaf.host, leaf.host_sharding)]
+    leaf.arrays = [transfer.upload(leaf.host, leaf.sharding)]
     leaf.host = None
 
 
@@ -76,6 +79,11 @@ def wait_device_ops() -> None:
     """Block until every computation started so far has finished."""
     jax.block_until_ready(_IN_FLIGHT)
     _IN_FLIGHT.clear()
+
+
+def last_program() -> Program | None:
+    """The program of the latest execution (``None`` before any)."""
+    return _LAST[0] if _LAST else None
 
 
 def compiled_programs() -> int:

@@ -27,20 +27,21 @@ class Program:
 
     def __init__(self, graph: Graph):
         position = {n: i for i, n in enumerate(graph.nodes)}
-        position.update({leaf: ~i for i, leaf in enumerate(graph.leaves)})
-        self.steps = [(n.sig, [(position[m], j) for m, j in n.inputs]) for n in graph.nodes]
+        self.steps = [(n.sig, codes) for n, codes in zip(graph.nodes, graph.operands)]
         self.roots = [(position[r], [i for i, m in enumerate(r.sig.outputs) if m is not None])
                       for r in graph.roots]
         # Each scalar input's vector (float, int or bool) and its index there.
         self.scalar_kinds = [kind for sig, _ in self.steps for kind in _scalar_kinds(sig)]
         self.jitted = jax.jit(self._replay)
         self.compiled_once = False
+        self._last_args = None  # abstract arguments of the latest run, for optimized_hlo()
 
     def run(self, graph: Graph, leaf_arrays: list) -> list[list]:
         """Execute on ``graph``'s scalars and ``leaf_arrays``; the roots' output arrays."""
         flat = [s for n in graph.nodes for s in n.scalars]
         vectors = [np.array([s for s, k in zip(flat, self.scalar_kinds) if k is kind], dtype=dt)
                    for kind, dt in zip(_KINDS, _VECTOR_DTYPES)]
+        self._last_args = (leaf_arrays, vectors)
         start = time.perf_counter()
         outputs = self.jitted(leaf_arrays, *vectors)
         if not self.compiled_once:
@@ -49,19 +50,25 @@ class Program:
         COUNTERS["executions"] += 1
         return outputs
 
+    def optimized_hlo(self) -> str:
+        """XLA's optimized, partitioned HLO of the latest run (collectives are visible here)."""
+        leaves, vectors = self._last_args
+        abstract = [jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=a.sharding) for a in leaves]
+        return self.jitted.lower(abstract, *vectors).compile().as_text()
+
     def _replay(self, leaves, floats, ints, bools):
         COUNTERS["graphs_compiled"] += 1  # runs only while JAX traces, i.e. compiles
         vectors = {float: iter(_unstack(floats)), int: iter(_unstack(ints)),
                    bool: iter(_unstack(bools))}
         values: list[list] = []
         for sig, operands in self.steps:
-            inputs = iter([leaves[~p] if p < 0 else values[p][j] for p, j in operands])
+            inputs = iter([leaves[~c] if c < 0 else values[c // 4096][c % 4096] for c in operands])
             args = [_fill(a, inputs, vectors) for a in sig.template]
             kwargs = {k: _fill(v, inputs, vectors) for k, v in sig.kw_template}
             if sig.op in RANDOM_OPS:
                 kwargs["key"] = jax.random.key(next(vectors[int]))
             values.append(_check(sig, LOWERINGS[sig.op](_jax_meta(sig), *args, **kwargs)))
-        return [[values[p][i] if p >= 0 else leaves[~p] for i in outs] for p, outs in self.roots]
+        return [[values[p][i] for i in outs] for p, outs in self.roots]
 
 
 def _scalar_kinds(sig) -> list:

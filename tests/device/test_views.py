@@ -1,0 +1,129 @@
+"""Views and in-place ops follow PyTorch's aliasing semantics."""
+
+import pytest
+import torch
+
+
+def _pair(shape=(3, 4)):
+    cpu = torch.arange(float(torch.Size(shape).numel())).reshape(shape)
+    return cpu, cpu.to("spmd")
+
+
+def _same(spmd, cpu):
+    assert torch.equal(spmd.cpu(), cpu)
+
+
+def test_inplace_on_an_indexed_row_changes_the_base():
+    cpu, x = _pair()
+    cpu[0].add_(1)
+    x[0].add_(1)
+    _same(x, cpu)
+
+
+def test_slice_assignment():
+    cpu, x = _pair()
+    y_cpu = torch.full((3, 3), -1.0)
+    cpu[:, 1:] = y_cpu
+    x[:, 1:] = y_cpu.to("spmd")
+    _same(x, cpu)
+
+
+def test_scalar_assignment_to_a_column():
+    cpu, x = _pair()
+    cpu[:, 2] = 5
+    x[:, 2] = 5
+    _same(x, cpu)
+
+
+def test_transpose_in_place():
+    cpu, x = _pair()
+    cpu.t_()
+    x.t_()
+    assert x.shape == cpu.shape and x.stride() == cpu.stride()
+    _same(x, cpu)
+
+
+def test_mutating_a_view_changes_the_base():
+    cpu, x = _pair()
+    cpu.view(4, -1).mul_(2)
+    x.view(4, -1).mul_(2)
+    _same(x, cpu)
+
+
+def test_mutating_the_base_changes_existing_views():
+    cpu, x = _pair()
+    v_cpu, v = cpu[1:], x[1:]
+    cpu.add_(10)
+    x.add_(10)
+    _same(v, v_cpu)
+
+
+def test_view_of_a_view_writes_through_both():
+    cpu, x = _pair((4, 6))
+    cpu[1:3].t()[2].fill_(0)
+    x[1:3].t()[2].fill_(0)
+    _same(x, cpu)
+
+
+def test_copy_from_cpu():
+    cpu, x = _pair()
+    src = torch.randn(3, 4)
+    cpu.copy_(src)
+    x.copy_(src)
+    _same(x, cpu)
+
+
+def test_copy_broadcasts_and_casts():
+    cpu, x = _pair()
+    src = torch.tensor([1, 2, 3, 4])
+    cpu.copy_(src)
+    x.copy_(src.to("spmd"))
+    _same(x, cpu)
+
+
+def test_zero_():
+    cpu, x = _pair()
+    cpu[1].zero_()
+    x[1].zero_()
+    _same(x, cpu)
+
+
+def test_detach_shares_storage():
+    cpu, x = _pair()
+    x.detach().mul_(3)
+    cpu.detach().mul_(3)
+    _same(x, cpu)
+
+
+def test_split_outputs_are_views():
+    cpu, x = _pair((6, 2))
+    for part_cpu, part in zip(cpu.split(2), x.split(2)):
+        part_cpu.add_(part_cpu.sum())
+        part.add_(part.sum())
+    _same(x, cpu)
+
+
+def test_unbind_outputs_are_views():
+    cpu, x = _pair((3, 2))
+    cpu.unbind(0)[1].mul_(-1)
+    x.unbind(0)[1].mul_(-1)
+    _same(x, cpu)
+
+
+def test_out_argument():
+    cpu, x = _pair()
+    out = torch.empty(3, 4, device="spmd")
+    torch.add(x, 1, out=out)
+    _same(out, cpu + 1)
+
+
+def test_inplace_on_expanded_view_raises_like_cpu():
+    x = torch.ones(1, 3, device="spmd").expand(2, 3)
+    with pytest.raises(RuntimeError, match="single memory location"):
+        x.add_(1)
+
+
+def test_inplace_type_promotion_error_like_cpu():
+    x = torch.ones(3, dtype=torch.int64, device="spmd")
+    with pytest.raises(RuntimeError, match="can't be cast"):
+        x.add_(torch.full((3,), 0.5, device="spmd"))

@@ -1,0 +1,52 @@
+"""Pseudo-ops that carry sharding annotations through the graph.
+
+They are recorded like aten ops (same node, signature and key machinery), and lowered to
+JAX's sharding constraints, which XLA's SPMD partitioner reads.
+"""
+
+from __future__ import annotations
+
+import jax
+
+from torchspmd.lowering.registry import lowers
+
+
+class AnnotationOp:
+    """An op that returns its input unchanged on the meta device (shape inference)."""
+
+    def __init__(self, name: str):
+        self.__name__ = name
+
+    def __call__(self, x, *static):
+        return x
+
+    def __repr__(self) -> str:
+        return f"torchspmd.{self.__name__}"
+
+
+# sharding_constraint(x, sharding): x, laid out as ``sharding`` (a jax NamedSharding).
+SHARDING_CONSTRAINT = AnnotationOp("sharding_constraint")
+
+
+@lowers(SHARDING_CONSTRAINT)
+def sharding_constraint(meta, x, sharding):
+    return jax.lax.with_sharding_constraint(x, sharding)
+
+
+class PairAnnotationOp(AnnotationOp):
+    """A two-input, two-output annotation op: returns both inputs unchanged (shape inference)."""
+
+    def __call__(self, x, y, *static):
+        return x, y
+
+
+# shard_alike(x, y): (x, y), laid out alike (the layout of whichever has one; spec §1.6).
+SHARD_ALIKE = PairAnnotationOp("shard_alike")
+
+
+@lowers(SHARD_ALIKE)
+def shard_alike(meta, x, y):
+    # Deferred: jax.experimental is not needed until a graph uses shard_as.
+    from jax.experimental.shard_alike import shard_alike as _shard_alike
+
+    return _shard_alike(x, y)

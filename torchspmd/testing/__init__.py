@@ -1,0 +1,1 @@
+"""Small reference models and training loops shared by tests, examples and benchmarks."""
