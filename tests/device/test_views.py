@@ -125,5 +125,6 @@ def test_inplace_on_expanded_view_raises_like_cpu():
 
 def test_inplace_type_promotion_error_like_cpu():
     x = torch.ones(3, dtype=torch.int64, device="spmd")
-    with pytest.raises(RuntimeError, match="can't be cast"):
+    # PyTorch's meta kernel words it differently from the CPU kernel; both refuse.
+    with pytest.raises(RuntimeError, match="can't be cast|not possible"):
         x.add_(torch.full((3,), 0.5, device="spmd"))

@@ -1,0 +1,51 @@
+"""Debugging aids: sharding pictures, the compiled HLO and its collectives, metrics.
+
+Example::
+
+    import torchspmd.debug as d
+    d.visualize_tensor_sharding(x)
+    d.collectives()
+    d.metrics_report()
+"""
+
+from __future__ import annotations
+
+import rich.console
+import rich.table
+
+from torchspmd.debug.hlo import collectives, last_hlo
+from torchspmd.debug.visualize import visualize_sharding
+from torchspmd.runtime.metrics import metrics
+from torchspmd.sharding.api import get_sharding
+
+__all__ = ["visualize_sharding", "visualize_tensor_sharding", "last_hlo", "collectives",
+           "metrics_report"]
+
+
+def visualize_tensor_sharding(t, **kwargs) -> rich.table.Table:
+    """Draw ``t``'s current sharding (``visualize_sharding(get_sharding(t))``).
+
+    Example::
+
+        >>> mark_sharding(x, mesh, (0, 1)); visualize_tensor_sharding(x)  # doctest: +SKIP
+    """
+    return visualize_sharding(get_sharding(t), **kwargs)
+
+
+def metrics_report(print_table: bool = True) -> rich.table.Table:
+    """A table of ``torchspmd.metrics()`` (printed unless ``print_table=False``).
+
+    Example::
+
+        >>> table = metrics_report(print_table=False)
+        >>> table.row_count >= 1
+        True
+    """
+    table = rich.table.Table(title="torchspmd metrics")
+    table.add_column("metric")
+    table.add_column("value", justify="right")
+    for name, value in metrics().items():
+        table.add_row(name, f"{value:.4f}" if isinstance(value, float) else str(value))
+    if print_table:
+        rich.console.Console().print(table)
+    return table

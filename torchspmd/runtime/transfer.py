@@ -24,7 +24,7 @@ def to_numpy(t: torch.Tensor) -> np.ndarray:
 def to_torch(a: np.ndarray) -> torch.Tensor:
     """A CPU tensor holding numpy array ``a`` (bfloat16 through its bits)."""
     if a.dtype == ml_dtypes.bfloat16:
-        return torch.from_numpy(np.ascontiguousarray(a).view(np.int16)).view(torch.bfloat16)
+        return torch.from_numpy(np.array(a, copy=True).view(np.int16)).view(torch.bfloat16)
     return torch.from_numpy(np.array(a, copy=True))
 
 
