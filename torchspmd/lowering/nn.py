@@ -1,0 +1,617 @@
+"""Neural-network lowerings: softmax, normalization, activations, losses, attention, dropout grad.
+
+Everything computes in ``opmath`` (float32 for bf16/f16, like PyTorch CPU) and casts each
+output to its ``meta`` dtype. Backward ops use the saved tensors PyTorch passes (mean/rstd,
+softmax output, ...), as the aten kernels do.
+
+Batch norm and running statistics: ``native_batch_norm`` is what ``F.batch_norm`` reaches in
+training *and* eval; with ``training=True`` and running stats given, the aten kernel mutates
+``running_mean``/``running_var`` although its schema has no ``(a!)``. Its lowering here is the
+pure part (3 outputs). The recorder must record such a call as
+``_native_batch_norm_legit_functional`` (same arguments; 5 outputs, the last two the new
+running stats) and write outputs 3 and 4 into the running-stat tensors as an in-place update.
+"""
+
+import math
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from torch import ops
+
+from torchspmd.lowering._common import cast, opmath
+from torchspmd.lowering.registry import lowers
+
+aten = ops.aten
+
+# aten's Reduction enum.
+_NONE, _MEAN, _SUM = 0, 1, 2
+
+
+def _f(x, meta):
+    """``x`` in the compute dtype of an op whose result is ``meta``."""
+    return x.astype(opmath(meta.dtype))
+
+
+def _outs(meta, values):
+    """Cast multi-output ``values`` to ``meta``; ``None`` where meta is ``None`` (output_mask).
+
+    An output the meta kernel makes empty (batch norm's eval statistics, fused attention's
+    unrequested weights) is returned empty whatever was computed for it.
+    """
+    return tuple(None if m is None else jnp.zeros(m.shape, m.dtype) if 0 in m.shape
+                 else jnp.broadcast_to(v, m.shape).astype(m.dtype) for m, v in zip(meta, values))
+
+
+def _reduce(loss, reduction):
+    return loss if reduction == _NONE else (jnp.mean(loss) if reduction == _MEAN else jnp.sum(loss))
+
+
+def _grad_scale(grad, loss_shape, reduction):
+    """The gradient of a reduced loss w.r.t. each unreduced element."""
+    if reduction == _MEAN:
+        return jnp.broadcast_to(grad / math.prod(loss_shape), loss_shape)
+    return jnp.broadcast_to(grad, loss_shape)
+
+
+# ---------------------------------------------------------------- softmax
+
+
+@lowers(aten._softmax.default)
+def _softmax(meta, self, dim, half_to_float):
+    return jax.nn.softmax(_f(self, meta), axis=dim).astype(meta.dtype)
+
+
+@lowers(aten._log_softmax.default)
+def _log_softmax(meta, self, dim, half_to_float):
+    return jax.nn.log_softmax(_f(self, meta), axis=dim).astype(meta.dtype)
+
+
+@lowers(aten._safe_softmax.default)
+def _safe_softmax(meta, self, dim, dtype=None):
+    """Softmax whose fully masked (all ``-inf``) rows are 0 instead of NaN (SDPA's math path)."""
+    x = _f(self, meta)
+    masked = jnp.all(x == -jnp.inf, axis=dim, keepdims=True)
+    return jnp.where(masked, 0, jax.nn.softmax(x, axis=dim)).astype(meta.dtype)
+
+
+@lowers(aten._softmax_backward_data.default)
+def _softmax_backward_data(meta, grad_output, output, dim, input_dtype):
+    g, y = _f(grad_output, meta), _f(output, meta)
+    return (y * (g - jnp.sum(g * y, axis=dim, keepdims=True))).astype(meta.dtype)
+
+
+@lowers(aten._log_softmax_backward_data.default)
+def _log_softmax_backward_data(meta, grad_output, output, dim, input_dtype):
+    g, y = _f(grad_output, meta), _f(output, meta)
+    return (g - jnp.exp(y) * jnp.sum(g, axis=dim, keepdims=True)).astype(meta.dtype)
+
+
+# ---------------------------------------------------------------- normalization
+
+
+def _normalize_backward(g, xhat, rstd, axes):
+    """d(input) of ``xhat = (x - mean(x)) * rstd`` over ``axes`` given d(xhat) = ``g``."""
+    return rstd * (g - jnp.mean(g, axes, keepdims=True) - xhat * jnp.mean(g * xhat, axes, keepdims=True))
+
+
+@lowers(aten.native_layer_norm.default)
+def native_layer_norm(meta, input, normalized_shape, weight, bias, eps):
+    x = _f(input, meta[0])
+    axes = tuple(range(x.ndim - len(normalized_shape), x.ndim))
+    mean = jnp.mean(x, axes, keepdims=True)
+    rstd = jax.lax.rsqrt(jnp.mean(jnp.square(x - mean), axes, keepdims=True) + eps)
+    out = (x - mean) * rstd
+    out = out if weight is None else out * _f(weight, meta[0])
+    out = out if bias is None else out + _f(bias, meta[0])
+    return _outs(meta, (out, mean, rstd))
+
+
+@lowers(aten.native_layer_norm_backward.default)
+def native_layer_norm_backward(meta, grad_out, input, normalized_shape, mean, rstd, weight, bias, output_mask):
+    acc = opmath(input.dtype)
+    x, g, mean, rstd = (t.astype(acc) for t in (input, grad_out, mean, rstd))
+    axes = tuple(range(x.ndim - len(normalized_shape), x.ndim))
+    batch = tuple(range(x.ndim - len(normalized_shape)))
+    xhat = (x - mean) * rstd
+    gi = _normalize_backward(g if weight is None else g * weight.astype(acc), xhat, rstd, axes)
+    return _outs(meta, (gi, jnp.sum(g * xhat, batch), jnp.sum(g, batch)))
+
+
+def _grouped(x, n, c, group):
+    return x.reshape(n, group, c // group, -1)
+
+
+@lowers(aten.native_group_norm.default)
+def native_group_norm(meta, input, weight, bias, N, C, HxW, group, eps):
+    x = _grouped(_f(input, meta[0]), N, C, group)
+    mean = jnp.mean(x, (2, 3), keepdims=True)
+    rstd = jax.lax.rsqrt(jnp.mean(jnp.square(x - mean), (2, 3), keepdims=True) + eps)
+    out = (x - mean) * rstd
+    out = out if weight is None else out * _grouped(_f(weight, meta[0]), 1, C, group)
+    out = out if bias is None else out + _grouped(_f(bias, meta[0]), 1, C, group)
+    return _outs(meta, (out.reshape(input.shape), mean.reshape(N, group), rstd.reshape(N, group)))
+
+
+@lowers(aten.native_group_norm_backward.default)
+def native_group_norm_backward(meta, grad_out, input, mean, rstd, weight, N, C, HxW, group, output_mask):
+    acc = opmath(input.dtype)
+    x, g = _grouped(input.astype(acc), N, C, group), _grouped(grad_out.astype(acc), N, C, group)
+    mean, rstd = mean.astype(acc)[:, :, None, None], rstd.astype(acc)[:, :, None, None]
+    xhat = (x - mean) * rstd
+    gx = g if weight is None else g * _grouped(weight.astype(acc), 1, C, group)
+    gi = _normalize_backward(gx, xhat, rstd, (2, 3)).reshape(input.shape)
+    gw, gb = jnp.sum(g * xhat, (0, 3)).reshape(C), jnp.sum(g, (0, 3)).reshape(C)
+    return _outs(meta, (gi, gw, gb))
+
+
+def _bn_shape(x):
+    return (1, x.shape[1]) + (1,) * (x.ndim - 2)
+
+
+def _batch_norm(input, weight, bias, running_mean, running_var, training, momentum, eps, acc):
+    """(out, save_mean, save_invstd, new_running_mean, new_running_var) in ``acc``."""
+    x = input.astype(acc)
+    axes = (0,) + tuple(range(2, x.ndim))
+    shape = _bn_shape(x)
+    new_rm, new_rv = running_mean, running_var
+    if training:
+        mean = jnp.mean(x, axes)
+        var = jnp.mean(jnp.square(x - mean.reshape(shape)), axes)
+        invstd = jax.lax.rsqrt(var + eps)
+        n = math.prod(x.shape[a] for a in axes)
+        if running_mean is not None:
+            new_rm = (1 - momentum) * running_mean.astype(acc) + momentum * mean
+        if running_var is not None:
+            new_rv = (1 - momentum) * running_var.astype(acc) + momentum * var * (n / max(n - 1, 1))
+    else:
+        mean, invstd = running_mean.astype(acc), jax.lax.rsqrt(running_var.astype(acc) + eps)
+    out = (x - mean.reshape(shape)) * invstd.reshape(shape)
+    out = out if weight is None else out * weight.astype(acc).reshape(shape)
+    out = out if bias is None else out + bias.astype(acc).reshape(shape)
+    return out, mean, invstd, new_rm, new_rv
+
+
+@lowers(aten.native_batch_norm.default)
+def native_batch_norm(meta, input, weight, bias, running_mean, running_var, training, momentum, eps):
+    """The pure part only: see the module docstring for the running-stat update."""
+    return _outs(meta, _batch_norm(input, weight, bias, running_mean, running_var, training, momentum, eps,
+                                      opmath(meta[0].dtype))[:3])
+
+
+@lowers(aten._native_batch_norm_legit_functional.default)
+def _native_batch_norm_legit_functional(meta, input, weight, bias, running_mean, running_var, training, momentum, eps):
+    return _outs(meta, _batch_norm(input, weight, bias, running_mean, running_var, training, momentum, eps,
+                                      opmath(meta[0].dtype)))
+
+
+@lowers(aten._native_batch_norm_legit.no_stats)
+def _native_batch_norm_legit_no_stats(meta, input, weight, bias, training, momentum, eps):
+    return _outs(meta, _batch_norm(input, weight, bias, None, None, True, momentum, eps, opmath(meta[0].dtype))[:3])
+
+
+@lowers(aten._native_batch_norm_legit_no_training.default)
+def _native_batch_norm_legit_no_training(meta, input, weight, bias, running_mean, running_var, momentum, eps):
+    return _outs(meta, _batch_norm(input, weight, bias, running_mean, running_var, False, momentum, eps,
+                                      opmath(meta[0].dtype))[:3])
+
+
+@lowers(aten.native_batch_norm_backward.default)
+def native_batch_norm_backward(meta, grad_out, input, weight, running_mean, running_var, save_mean, save_invstd,
+                               train, eps, output_mask):
+    acc = opmath(input.dtype)
+    x, g = input.astype(acc), grad_out.astype(acc)
+    axes, shape = (0,) + tuple(range(2, x.ndim)), _bn_shape(x)
+    if train:
+        mean, invstd = save_mean.astype(acc), save_invstd.astype(acc)
+    else:
+        mean, invstd = running_mean.astype(acc), jax.lax.rsqrt(running_var.astype(acc) + eps)
+    mean, invstd = mean.reshape(shape), invstd.reshape(shape)
+    xhat = (x - mean) * invstd
+    gx = g if weight is None else g * weight.astype(acc).reshape(shape)
+    gi = _normalize_backward(gx, xhat, invstd, axes) if train else gx * invstd
+    return _outs(meta, (gi, jnp.sum(g * xhat, axes), jnp.sum(g, axes)))
+
+
+# ---------------------------------------------------------------- activations
+
+
+def _pointwise(fn):
+    """An elementwise lowering ``fn(x, *rest)`` computed in opmath, cast to ``meta.dtype``."""
+    def lowering(meta, *args, **kwargs):
+        args = [_f(a, meta) if isinstance(a, jax.Array) else a for a in args]
+        return fn(*args, **kwargs).astype(meta.dtype)
+    lowering.__name__ = fn.__name__
+    return lowering
+
+
+def _s(value, like):
+    """A Scalar argument as an array of ``like``'s dtype."""
+    return cast(value, like.dtype)
+
+
+@lowers(aten.relu.default)
+def relu(meta, self):
+    return jnp.maximum(self, jnp.zeros((), self.dtype)).astype(meta.dtype)
+
+
+@lowers(aten.threshold_backward.default)
+def threshold_backward(meta, grad_output, self, threshold):
+    return jnp.where(self <= _s(threshold, self), 0, grad_output).astype(meta.dtype)
+
+
+@lowers(aten.gelu.default)
+@_pointwise
+def gelu(x, *, approximate="none"):
+    return jax.nn.gelu(x, approximate=approximate == "tanh")
+
+
+@lowers(aten.gelu_backward.default)
+@_pointwise
+def gelu_backward(g, x, *, approximate="none"):
+    return jax.vjp(lambda v: jax.nn.gelu(v, approximate=approximate == "tanh"), x)[1](g)[0]
+
+
+@lowers(aten.silu.default)
+@_pointwise
+def silu(x):
+    return x * jax.nn.sigmoid(x)
+
+
+@lowers(aten.silu_backward.default)
+@_pointwise
+def silu_backward(g, x):
+    s = jax.nn.sigmoid(x)
+    return g * s * (1 + x * (1 - s))
+
+
+@lowers(aten.mish.default)
+@_pointwise
+def mish(x):
+    return x * jnp.tanh(jax.nn.softplus(x))
+
+
+@lowers(aten.tanh_backward.default)
+@_pointwise
+def tanh_backward(g, y):
+    return g * (1 - y * y)
+
+
+@lowers(aten.sigmoid_backward.default)
+@_pointwise
+def sigmoid_backward(g, y):
+    return g * y * (1 - y)
+
+
+@lowers(aten.hardtanh.default)
+@_pointwise
+def hardtanh(x, min_val=-1, max_val=1):
+    return jnp.minimum(jnp.maximum(x, _s(min_val, x)), _s(max_val, x))
+
+
+@lowers(aten.hardtanh_backward.default)
+@_pointwise
+def hardtanh_backward(g, x, min_val, max_val):
+    return jnp.where((x <= _s(min_val, x)) | (x >= _s(max_val, x)), 0, g)
+
+
+@lowers(aten.leaky_relu.default)
+@_pointwise
+def leaky_relu(x, negative_slope=0.01):
+    return jnp.where(x > 0, x, x * _s(negative_slope, x))
+
+
+@lowers(aten.leaky_relu_backward.default)
+@_pointwise
+def leaky_relu_backward(g, x, negative_slope, self_is_result):
+    return jnp.where(x > 0, g, g * _s(negative_slope, x))
+
+
+@lowers(aten.elu.default)
+@_pointwise
+def elu(x, alpha=1, scale=1, input_scale=1):
+    alpha, scale, input_scale = _s(alpha, x), _s(scale, x), _s(input_scale, x)
+    return jnp.where(x <= 0, jnp.expm1(x * input_scale) * alpha * scale, x * scale)
+
+
+@lowers(aten.celu.default)
+@_pointwise
+def celu(x, alpha=1):
+    alpha = _s(alpha, x)
+    return jnp.where(x <= 0, jnp.expm1(x / alpha) * alpha, x)
+
+
+@lowers(aten.elu_backward.default)
+@_pointwise
+def elu_backward(g, alpha, scale, input_scale, is_result, self_or_result):
+    v = self_or_result
+    alpha, scale, input_scale = _s(alpha, v), _s(scale, v), _s(input_scale, v)
+    if is_result:
+        neg = g * input_scale * (v + alpha * scale)
+    else:
+        neg = g * input_scale * alpha * scale * jnp.exp(v * input_scale)
+    return jnp.where(v <= 0, neg, g * scale)
+
+
+@lowers(aten.softplus.default)
+@_pointwise
+def softplus(x, beta=1, threshold=20):
+    bx = x * _s(beta, x)
+    return jnp.where(bx > _s(threshold, x), x, jnp.log1p(jnp.exp(bx)) / _s(beta, x))
+
+
+@lowers(aten.softplus_backward.default)
+@_pointwise
+def softplus_backward(g, x, beta, threshold):
+    bx = x * _s(beta, x)
+    z = jnp.exp(bx)
+    return jnp.where(bx > _s(threshold, x), g, g * z / (z + 1))
+
+
+@lowers(aten.log_sigmoid_forward.default)
+def log_sigmoid_forward(meta, self):
+    x = _f(self, meta[0])
+    z = jnp.exp(-jnp.abs(x))
+    return _outs(meta, (jnp.minimum(x, 0) - jnp.log1p(z), z))
+
+
+@lowers(aten.log_sigmoid_backward.default)
+@_pointwise
+def log_sigmoid_backward(g, x, buffer):
+    z = jnp.exp(-jnp.abs(x))  # recomputed: the buffer is empty on some backends
+    return jnp.where(x < 0, 1 - z / (1 + z), z / (1 + z)) * g
+
+
+@lowers(aten.hardswish.default)
+@_pointwise
+def hardswish(x):
+    return x * jnp.clip(x + 3, 0, 6) / 6
+
+
+@lowers(aten.hardswish_backward.default)
+@_pointwise
+def hardswish_backward(g, x):
+    return jnp.where(x <= -3, 0, jnp.where(x < 3, g * (x / 3 + 0.5), g))
+
+
+@lowers(aten.hardsigmoid.default)
+@_pointwise
+def hardsigmoid(x):
+    return jnp.clip(x + 3, 0, 6) / 6
+
+
+@lowers(aten.hardsigmoid_backward.default)
+@_pointwise
+def hardsigmoid_backward(g, x):
+    return jnp.where((x > -3) & (x < 3), g * np.float32(1 / 6).astype(g.dtype), 0)  # aten's float32 1/6
+
+
+@lowers(aten._prelu_kernel.default)
+@_pointwise
+def _prelu_kernel(x, weight):
+    return jnp.where(x > 0, x, weight * x)
+
+
+@lowers(aten._prelu_kernel_backward.default)
+def _prelu_kernel_backward(meta, grad_output, self, weight):
+    g, x, w = (_f(t, meta[0]) for t in (grad_output, self, weight))
+    return _outs(meta, (jnp.where(x > 0, g, w * g), jnp.where(x > 0, 0, x * g)))
+
+
+@lowers(aten.native_dropout_backward.default)
+def native_dropout_backward(meta, grad_output, mask, scale):
+    acc = opmath(meta.dtype)
+    return (grad_output.astype(acc) * mask.astype(acc) * scale).astype(meta.dtype)
+
+
+# ---------------------------------------------------------------- losses
+
+
+def _nll_parts(self, target, weight, ignore_index, acc):
+    """(one-hot of the targets over the class axis, per-element weights) for nll_loss."""
+    axis = 1 if self.ndim >= 2 else 0
+    valid = target != ignore_index
+    t = jnp.where(valid, target, 0)
+    onehot = jax.nn.one_hot(t, self.shape[axis], dtype=acc, axis=axis)
+    w = jnp.ones(t.shape, acc) if weight is None else weight.astype(acc)[t]
+    return onehot, jnp.where(valid, w, 0), axis
+
+
+@lowers(aten.nll_loss_forward.default, aten.nll_loss2d_forward.default)
+def nll_loss_forward(meta, self, target, weight, reduction, ignore_index):
+    acc = opmath(meta[0].dtype)
+    onehot, w, axis = _nll_parts(self, target, weight, ignore_index, acc)
+    loss = -jnp.sum(self.astype(acc) * onehot, axis) * w
+    total = jnp.sum(w)
+    if reduction == _NONE:
+        return _outs(meta, (loss, jnp.zeros((), acc)))
+    out = jnp.sum(loss) if reduction == _SUM else jnp.sum(loss) / total
+    return _outs(meta, (out, total))
+
+
+@lowers(aten.nll_loss_backward.default, aten.nll_loss2d_backward.default)
+def nll_loss_backward(meta, grad_output, self, target, weight, reduction, ignore_index, total_weight):
+    acc = opmath(meta.dtype)
+    onehot, w, axis = _nll_parts(self, target, weight, ignore_index, acc)
+    g = grad_output.astype(acc)
+    g = g / total_weight.astype(acc) if reduction == _MEAN else g
+    return (-onehot * jnp.expand_dims(w * g, axis)).astype(meta.dtype)
+
+
+@lowers(aten.mse_loss.default)
+def mse_loss(meta, self, target, reduction=_MEAN):
+    return _reduce(jnp.square(_f(self, meta) - _f(target, meta)), reduction).astype(meta.dtype)
+
+
+@lowers(aten.mse_loss_backward.default)
+def mse_loss_backward(meta, grad_output, self, target, reduction):
+    d = _f(self, meta) - _f(target, meta)
+    return (2 * d * _grad_scale(_f(grad_output, meta), d.shape, reduction)).astype(meta.dtype)
+
+
+@lowers(aten.smooth_l1_loss.default)
+def smooth_l1_loss(meta, self, target, reduction=_MEAN, beta=1.0):
+    z = jnp.abs(_f(self, meta) - _f(target, meta))
+    loss = z if beta == 0 else jnp.where(z < beta, 0.5 * z * z / beta, z - 0.5 * beta)
+    return _reduce(loss, reduction).astype(meta.dtype)
+
+
+@lowers(aten.smooth_l1_loss_backward.default)
+def smooth_l1_loss_backward(meta, grad_output, self, target, reduction, beta):
+    d = _f(self, meta) - _f(target, meta)
+    inner = jnp.zeros_like(d) if beta == 0 else d / beta
+    slope = jnp.where(d <= -beta, -1, jnp.where(d >= beta, 1, inner))
+    return (slope * _grad_scale(_f(grad_output, meta), d.shape, reduction)).astype(meta.dtype)
+
+
+@lowers(aten.huber_loss.default)
+def huber_loss(meta, self, target, reduction=_MEAN, delta=1.0):
+    z = jnp.abs(_f(self, meta) - _f(target, meta))
+    return _reduce(jnp.where(z < delta, 0.5 * z * z, delta * (z - 0.5 * delta)), reduction).astype(meta.dtype)
+
+
+@lowers(aten.huber_loss_backward.default)
+def huber_loss_backward(meta, grad_output, self, target, reduction, delta):
+    d = _f(self, meta) - _f(target, meta)
+    slope = jnp.where(d <= -delta, -delta, jnp.where(d >= delta, delta, d))
+    return (slope * _grad_scale(_f(grad_output, meta), d.shape, reduction)).astype(meta.dtype)
+
+
+@lowers(aten.binary_cross_entropy.default)
+def binary_cross_entropy(meta, self, target, weight=None, reduction=_MEAN):
+    x, t = _f(self, meta), _f(target, meta)
+    loss = -(t * jnp.maximum(jnp.log(x), -100) + (1 - t) * jnp.maximum(jnp.log1p(-x), -100))
+    loss = loss if weight is None else loss * _f(weight, meta)
+    return _reduce(loss, reduction).astype(meta.dtype)
+
+
+@lowers(aten.binary_cross_entropy_backward.default)
+def binary_cross_entropy_backward(meta, grad_output, self, target, weight=None, reduction=_MEAN):
+    x, t = _f(self, meta), _f(target, meta)
+    gi = (x - t) / jnp.maximum((1 - x) * x, 1e-12) * _grad_scale(_f(grad_output, meta), x.shape, reduction)
+    return (gi if weight is None else gi * _f(weight, meta)).astype(meta.dtype)
+
+
+@lowers(aten.binary_cross_entropy_with_logits.default)
+def binary_cross_entropy_with_logits(meta, self, target, weight=None, pos_weight=None, reduction=_MEAN):
+    x, t = _f(self, meta), _f(target, meta)
+    log_weight = 1 if pos_weight is None else (_f(pos_weight, meta) - 1) * t + 1
+    loss = (1 - t) * x - log_weight * jax.nn.log_sigmoid(x)
+    loss = loss if weight is None else loss * _f(weight, meta)
+    return _reduce(loss, reduction).astype(meta.dtype)
+
+
+# ---------------------------------------------------------------- attention
+#
+# On the spmd device F.scaled_dot_product_attention takes the math path (it decomposes into
+# bmm/_safe_softmax/...). The fused CPU kernel below is what CPU tensors reach (e.g. when a
+# graph is traced from CPU tensors under a dispatch mode); dropout_p is always 0 there.
+
+
+def _sdpa(q, k, v, attn_mask, is_causal, scale):
+    s = (1 / math.sqrt(q.shape[-1])) if scale is None else scale
+    scores = jnp.einsum("...qd,...kd->...qk", q, k, precision=jax.lax.Precision.HIGHEST) * s
+    if is_causal:
+        scores = jnp.where(np.tril(np.ones(scores.shape[-2:], bool)), scores, -jnp.inf)
+    if attn_mask is not None:
+        scores = jnp.where(attn_mask, scores, -jnp.inf) if attn_mask.dtype == jnp.bool_ \
+            else scores + attn_mask.astype(scores.dtype)
+    lse = jax.nn.logsumexp(scores, axis=-1)
+    out = jnp.einsum("...qk,...kd->...qd", jnp.exp(scores - lse[..., None]), v, precision=jax.lax.Precision.HIGHEST)
+    return out, lse
+
+
+@lowers(aten._scaled_dot_product_flash_attention_for_cpu.default)
+def _scaled_dot_product_flash_attention_for_cpu(meta, query, key, value, dropout_p=0.0, is_causal=False, *,
+                                                attn_mask=None, scale=None):
+    assert dropout_p == 0.0, "torchspmd: the fused CPU SDPA kernel is only reached without dropout"
+    acc = opmath(meta[0].dtype)
+    return _outs(meta, _sdpa(query.astype(acc), key.astype(acc), value.astype(acc), attn_mask, is_causal, scale))
+
+
+@lowers(aten._scaled_dot_product_flash_attention_for_cpu_backward.default)
+def _scaled_dot_product_flash_attention_for_cpu_backward(meta, grad_out, query, key, value, out, logsumexp,
+                                                         dropout_p, is_causal, *, attn_mask=None, scale=None):
+    acc = opmath(meta[0].dtype)
+    q, k, v, g = (t.astype(acc) for t in (query, key, value, grad_out))
+    grads = jax.vjp(lambda a, b, c: _sdpa(a, b, c, attn_mask, is_causal, scale)[0], q, k, v)[1](g)
+    return _outs(meta, grads)
+
+
+# ---------------------------------------------------------------- nn.MultiheadAttention fast path
+#
+# In eval mode with grad disabled, nn.MultiheadAttention and nn.TransformerEncoderLayer call
+# these fused ops on the spmd device (PrivateUse1 is one of their supported device types, and a
+# wrapper subclass without __torch_function__ passes their has_torch_function check).
+# Masks arrive as bool or as float 0/-inf masks; like aten, any nonzero/True entry is masked out
+# and a fully masked row gets zero weights.
+
+
+def _fast_mha(x, k, v, embed_dim, num_head, qkv_weight, qkv_bias, proj_weight, proj_bias, mask, mask_type):
+    """(output (B, L, E), attention weights (B, H, L, S)) in x's dtype."""
+    hp = jax.lax.Precision.HIGHEST
+    wq, wk, wv = jnp.split(qkv_weight, 3)
+    bq, bk, bv = jnp.split(qkv_bias, 3)
+    heads = lambda t, w, b: (jnp.matmul(t, w.T, precision=hp) + b).reshape(
+        t.shape[0], t.shape[1], num_head, -1).transpose(0, 2, 1, 3)
+    q, k, v = heads(x, wq, bq), heads(k, wk, bk), heads(v, wv, bv)
+    scores = jnp.einsum("bhld,bhsd->bhls", q / math.sqrt(q.shape[-1]), k, precision=hp)
+    if mask is not None:
+        masked = mask if mask.dtype == jnp.bool_ else mask != 0
+        masked = masked[:, None, None, :] if mask_type == 1 else masked  # key padding (B, S)
+        scores = jnp.where(masked, -jnp.inf, scores)
+        full = jnp.all(scores == -jnp.inf, axis=-1, keepdims=True)
+        weights = jnp.where(full, 0, jax.nn.softmax(jnp.where(full, 0, scores), axis=-1))
+    else:
+        weights = jax.nn.softmax(scores, axis=-1)
+    ctx = jnp.einsum("bhls,bhsd->bhld", weights, v, precision=hp).transpose(0, 2, 1, 3)
+    ctx = ctx.reshape(x.shape[0], -1, embed_dim)
+    return jnp.matmul(ctx, proj_weight.T, precision=hp) + proj_bias, weights
+
+
+@lowers(aten._native_multi_head_attention.default)
+def _native_multi_head_attention(meta, query, key, value, embed_dim, num_head, qkv_weight, qkv_bias, proj_weight,
+                                 proj_bias, mask=None, need_weights=True, average_attn_weights=True, mask_type=None):
+    acc = opmath(meta[0].dtype)
+    args = (t.astype(acc) for t in (query, key, value))
+    params = (t.astype(acc) for t in (qkv_weight, qkv_bias, proj_weight, proj_bias))
+    out, weights = _fast_mha(*args, embed_dim, num_head, *params, mask, mask_type)
+    weights = jnp.mean(weights, axis=1) if average_attn_weights else weights
+    return _outs(meta, (out, weights))
+
+
+@lowers(aten._transformer_encoder_layer_fwd.default)
+def _transformer_encoder_layer_fwd(meta, src, embed_dim, num_heads, qkv_weight, qkv_bias, proj_weight, proj_bias,
+                                   use_gelu, norm_first, eps, norm_weight_1, norm_bias_1, norm_weight_2, norm_bias_2,
+                                   ffn_weight_1, ffn_bias_1, ffn_weight_2, ffn_bias_2, mask=None, mask_type=None):
+    acc = opmath(meta.dtype)
+    hp = jax.lax.Precision.HIGHEST
+    c = lambda t: t.astype(acc)
+
+    def norm(t, w, b):
+        mean = jnp.mean(t, -1, keepdims=True)
+        return (t - mean) * jax.lax.rsqrt(jnp.mean(jnp.square(t - mean), -1, keepdims=True) + eps) * c(w) + c(b)
+
+    x = c(src)
+    h = norm(x, norm_weight_1, norm_bias_1) if norm_first else x
+    h = _fast_mha(h, h, h, embed_dim, num_heads, c(qkv_weight), c(qkv_bias), c(proj_weight), c(proj_bias), mask,
+                  mask_type)[0] + x
+    x = h if norm_first else norm(h, norm_weight_1, norm_bias_1)
+    h = norm(x, norm_weight_2, norm_bias_2) if norm_first else x
+    h = jnp.matmul(h, c(ffn_weight_1).T, precision=hp) + c(ffn_bias_1)
+    h = jax.nn.gelu(h, approximate=False) if use_gelu else jnp.maximum(h, 0)
+    h = jnp.matmul(h, c(ffn_weight_2).T, precision=hp) + c(ffn_bias_2) + x
+    return (h if norm_first else norm(h, norm_weight_2, norm_bias_2)).astype(meta.dtype)
+
+
+@lowers(aten.glu.default)
+def glu(meta, self, dim=-1):
+    a, b = jnp.split(_f(self, meta), 2, axis=dim)
+    return (a * jax.nn.sigmoid(b)).astype(meta.dtype)
+
+
+@lowers(aten.glu_backward.default)
+def glu_backward(meta, grad_output, self, dim):
+    (a, b), g = jnp.split(_f(self, meta), 2, axis=dim), _f(grad_output, meta)
+    s = jax.nn.sigmoid(b)
+    return jnp.concatenate([g * s, g * a * s * (1 - s)], axis=dim).astype(meta.dtype)
