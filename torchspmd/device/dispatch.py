@@ -265,6 +265,21 @@ def _equal(a, b):
     return torch.equal(a, b)
 
 
+def _native_batch_norm(input, weight, bias, running_mean, running_var, training, momentum, eps):
+    """Batch norm in training updates the running stats in place, though its schema does
+    not say so: record the functional form and assign the new stats."""
+    if not (training and running_mean is not None):
+        node = _record(aten.native_batch_norm.default,
+                       (input, weight, bias, running_mean, running_var, training, momentum, eps), {})
+        return _wrap(aten.native_batch_norm.default, node)
+    functional = aten._native_batch_norm_legit_functional.default
+    node = _record(functional, (input, weight, bias, running_mean, running_var, training,
+                                momentum, eps), {})
+    _assign(running_mean, (node, 3))
+    _assign(running_var, (node, 4))
+    return tuple(SpmdTensor(Handle.new((node, i), node.sig.outputs[i])) for i in range(3))
+
+
 def _lift_fresh(t):
     return t
 
@@ -308,6 +323,7 @@ _SPECIAL = {
     aten._local_scalar_dense.default: _local_scalar_dense,
     aten.equal.default: _equal,
     aten.lift_fresh.default: _lift_fresh,
+    aten.native_batch_norm.default: _native_batch_norm,
     aten.resize_.default: _resize_,
 }
 

@@ -6,7 +6,8 @@ import jax
 
 from torchspmd.lazy.handle import PENDING
 from torchspmd.lazy.node import Node
-from torchspmd.runtime import transfer
+from torchspmd.lowering.annotations import SHARDING_CONSTRAINT
+from torchspmd.runtime import placement, transfer
 from torchspmd.runtime.graph import collect
 from torchspmd.runtime.metrics import COUNTERS
 from torchspmd.runtime.program import Program
@@ -56,10 +57,7 @@ def execute(roots: list[Node]) -> None:
         program = _PROGRAMS[graph.key] = Program(graph)
     else:
         COUNTERS["cache_hits"] += 1
-    for leaf, _ in graph.leaves:
-        if leaf.host is not None:
-            upload_leaf(leaf)
-    outputs = program.run(graph, [leaf.arrays[i] for leaf, i in graph.leaves])
+    outputs = program.run(graph, _placed_inputs(graph))
     _LAST[:] = [program]
     for root, arrays in zip(graph.roots, outputs):
         full = [None] * len(root.sig.outputs)
@@ -69,9 +67,26 @@ def execute(roots: list[Node]) -> None:
     _IN_FLIGHT.extend(a for arrays in outputs for a in arrays)
 
 
-def upload_leaf(leaf: Node) -> None:
+def _placed_inputs(graph) -> list[jax.Array]:
+    """The graph's input arrays, all on the device set the graph runs on."""
+    on_device = [leaf.arrays[i] for leaf, i in graph.leaves if leaf.host is None]
+    constraints = [n.sig.template[1] for n in graph.nodes if n.sig.op is SHARDING_CONSTRAINT]
+    constraints += [leaf.sharding for leaf, _ in graph.leaves if leaf.host is not None and leaf.sharding]
+    target = placement.target_devices(on_device, constraints)
+    for leaf, _ in graph.leaves:
+        if leaf.host is not None:
+            sharded = leaf.sharding is not None
+            upload_leaf(leaf, None if sharded or target is None else placement.replicated_on(target))
+    arrays = [leaf.arrays[i] for leaf, i in graph.leaves]
+    if target is None:
+        return arrays
+    return [placement.restrict(a, target) if frozenset(placement.device_ids(a.sharding))
+            != frozenset(target) else a for a in arrays]
+
+
+def upload_leaf(leaf: Node, sharding=None) -> None:
     """Send a host leaf to the devices (with the sharding it was marked with, if any)."""
-    leaf.arrays = [transfer.upload(leaf.host, leaf.sharding)]
+    leaf.arrays = [transfer.upload(leaf.host, leaf.sharding or sharding)]
     leaf.host = None
 
 
