@@ -1,0 +1,198 @@
+"""The sharding state of an spmd tensor's lazy value: read it, constrain it, replace its data.
+
+A tensor's value (``t._h``) is one of:
+
+- a *pending* graph value: marking it records a ``sharding_constraint`` node (no data moves);
+- a *host leaf* (CPU data not yet uploaded): marking it gives the leaf a sharding, so the
+  upload sends each device only its shard;
+- a *device leaf* (``jax.Array``s): marking it reshards the data device-to-device.
+
+Leaves are never edited in place: a copy of a tensor (``b.copy_(a)``) may share ``a``'s
+leaf, so a new leaf is made and assigned to the one tensor being annotated.
+
+JAX cannot hold an array whose dims do not divide evenly into its tiles. Such a
+sharding is kept as the leaf's annotation while the data lives replicated on the
+sharding's devices; ``local_shards`` then cuts the padded shards from it (spec §4.6).
+"""
+
+from __future__ import annotations
+
+import jax
+import numpy as np
+import torch
+from jax.sharding import NamedSharding, PartitionSpec
+
+from torchspmd.device.tensor import SpmdTensor
+from torchspmd.lazy.handle import Handle
+from torchspmd.lazy.node import Node
+from torchspmd.lazy.record import leaf_signature, meta_of, record_unary
+from torchspmd.lowering.annotations import SHARDING_CONSTRAINT
+from torchspmd.runtime import transfer
+from torchspmd.sharding.hlo_text import sharding_to_hlo_text
+
+__all__ = [
+    "Value",
+    "as_spmd_tensor",
+    "current_value",
+    "current_text",
+    "jax_sharding_of",
+    "constrain",
+    "constrained_copy",
+    "is_divisible",
+    "placement_for",
+    "new_leaf",
+    "replace_leaf",
+]
+
+Value = tuple[Node, int]
+
+aten = torch.ops.aten
+# View ops that neither move nor reshape data: ``nn.Parameter(t)`` and ``t.detach()`` are
+# such views of ``t``'s storage, and should report and receive ``t``'s sharding.
+_IDENTITY_OPS = frozenset({aten.detach.default, aten.alias.default, aten.lift_fresh.default})
+
+
+def as_spmd_tensor(t: torch.Tensor) -> SpmdTensor:
+    """The spmd device tensor behind ``t`` (an ``XLAShardedTensor``'s global tensor).
+
+    >>> as_spmd_tensor(torch.ones(2))  # doctest: +SKIP
+    RuntimeError: Expected XLA tensor (an spmd tensor). Got: torch.FloatTensor
+    """
+    inner = getattr(t, "global_tensor", t)
+    if not isinstance(inner, SpmdTensor):
+        raise RuntimeError(f"Expected XLA tensor (an spmd tensor). Got: {inner.type()}")
+    return inner
+
+
+def _peel(value: Value) -> Value:
+    """``value`` without pending identity views on top (``detach(x)`` is ``x``)."""
+    node, _ = value
+    while not node.is_leaf and node.sig.op in _IDENTITY_OPS:
+        value = node.inputs[0]
+        node = value[0]
+    return value
+
+
+def current_value(t: SpmdTensor) -> Value:
+    """The graph value whose sharding ``t`` has: its storage's value for identity views.
+
+    >>> current_value(torch.ones(2, device="spmd"))[0].is_leaf  # doctest: +SKIP
+    False
+    """
+    handle: Handle = t._h
+    if all(step.op in _IDENTITY_OPS for step in handle.view):
+        return _peel(handle.storage.value)
+    return _peel(handle.value())
+
+
+def jax_sharding_of(value: Value) -> jax.sharding.Sharding | None:
+    """The sharding ``value`` has or will have; ``None`` if none was annotated or chosen.
+
+    An annotated leaf reports its annotation, a constraint (pending or computed) its
+    constraint, other computed values the layout XLA gave them.
+
+    >>> jax_sharding_of(current_value(torch.ones(2).to("spmd")))  # doctest: +SKIP
+    """
+    node, index = value
+    if node.sharding is not None:
+        return node.sharding
+    if node.sig is not None and node.sig.op is SHARDING_CONSTRAINT:
+        return node.sig.template[1]
+    if node.arrays is not None and node.sig is not None and node.sig.op is not None:
+        return node.arrays[index].sharding  # computed by a graph: XLA's choice
+    return None  # plain uploads and pending values carry no sharding yet
+
+
+def current_text(t: SpmdTensor) -> str:
+    """``t``'s sharding in PyTorch/XLA's V1 text, ``''`` if it has none.
+
+    >>> current_text(torch.ones(2).to("spmd"))  # doctest: +SKIP
+    ''
+    """
+    sharding = jax_sharding_of(current_value(t))
+    return "" if sharding is None else sharding_to_hlo_text(sharding, t.dim())
+
+
+def constrain(value: Value, sharding: NamedSharding) -> Value:
+    """``value`` laid out as ``sharding`` (a constraint on top replaces the old one).
+
+    >>> constrain(v, named_sharding(mesh, ("x", None)))  # doctest: +SKIP
+    """
+    node, _ = value
+    if not node.is_leaf and node.sig.op is SHARDING_CONSTRAINT:
+        value = node.inputs[0]  # re-marking a pending value: the newest spec wins
+    return record_unary(SHARDING_CONSTRAINT, value, sharding)
+
+
+def constrained_copy(t: SpmdTensor, sharding: NamedSharding) -> SpmdTensor:
+    """A new tensor holding ``t``'s value constrained to ``sharding`` (``t`` is unchanged).
+
+    >>> y = constrained_copy(x, named_sharding(mesh, (0, None)))  # doctest: +SKIP
+    """
+    value = record_unary(SHARDING_CONSTRAINT, t._h.value(), sharding)
+    return SpmdTensor(Handle.new(value, meta_of(value)))
+
+
+def is_divisible(sharding: jax.sharding.Sharding, shape: tuple[int, ...]) -> bool:
+    """Whether JAX can hold a ``shape`` array laid out as ``sharding`` (even tiles).
+
+    >>> is_divisible(named_sharding(get_1d_mesh("x"), ("x",)), (9,))  # doctest: +SKIP
+    False
+    """
+    try:
+        sharding.shard_shape(shape)
+        return True
+    except ValueError:  # jax's IndivisibleError
+        return False
+
+
+def placement_for(sharding: jax.sharding.Sharding, shape: tuple[int, ...]) -> jax.sharding.Sharding:
+    """Where data annotated with ``sharding`` is stored: there, or replicated on its devices.
+
+    >>> placement_for(named_sharding(get_1d_mesh("x"), ("x",)), (9,)).spec  # doctest: +SKIP
+    PartitionSpec()
+    """
+    if is_divisible(sharding, shape):
+        return sharding
+    if isinstance(sharding, NamedSharding):
+        return NamedSharding(sharding.mesh, PartitionSpec())
+    devices = np.array(list(sharding._device_assignment))
+    return NamedSharding(jax.sharding.Mesh(devices, ("_replicas",)), PartitionSpec())
+
+
+def new_leaf(meta, *, host=None, array: jax.Array | None = None,
+             sharding: jax.sharding.Sharding | None = None) -> Value:
+    """A fresh data leaf (host or device data) annotated with ``sharding``.
+
+    >>> new_leaf(meta, host=np.zeros(4), sharding=s)  # doctest: +SKIP
+    """
+    node = Node.from_host(host) if host is not None else Node.from_arrays([array])
+    node.sig = leaf_signature(meta)
+    node.sharding = sharding
+    return (node, 0)
+
+
+def replace_leaf(t: SpmdTensor, value: Value, sharding: jax.sharding.Sharding | None) -> None:
+    """Make ``t`` hold data leaf ``value``'s data with annotation ``sharding``.
+
+    Host data stays on the host (the upload will use the layout); device data is moved
+    device-to-device when its layout differs from where ``sharding`` stores it.
+
+    >>> replace_leaf(x, current_value(x), named_sharding(mesh, ("x", None)))  # doctest: +SKIP
+    """
+    node, index = value
+    meta = meta_of(value)
+    if node.host is not None:
+        if sharding is not None and not is_divisible(sharding, meta.shape):
+            # The core uploads host leaves with their sharding as is: store it replicated now.
+            array = transfer.upload(node.host, placement_for(sharding, meta.shape))
+            t._h.assign(new_leaf(meta, array=array, sharding=sharding))
+        else:
+            t._h.assign(new_leaf(meta, host=node.host, sharding=sharding))
+        return
+    array = node.arrays[index]
+    if sharding is not None:
+        target = placement_for(sharding, meta.shape)
+        if not array.sharding.is_equivalent_to(target, len(meta.shape)):
+            array = jax.device_put(array, target)
+    t._h.assign(new_leaf(meta, array=array, sharding=sharding))
