@@ -17,7 +17,7 @@ $(VENV)/.installed: pyproject.toml
 setup: $(VENV)/.installed
 
 demo: setup
-	$(PY) examples/train_mlp.py
+	$(PY) examples/train_small.py
 
 test: setup
 	$(PY) -m pytest $(PYTEST_ARGS) tests

@@ -298,9 +298,6 @@ def test_wrap_if_sharded_wraps_only_sharded_spmd_tensors():
     assert wrap_if_sharded(3) == 3
 
 
-@pytest.mark.xfail(reason="core: outputs of graphs mixing replicated uploads (1-d '_all' mesh) "
-                          "with inputs sharded over a 2-d mesh fail in jax's output-sharding "
-                          "recovery (IndivisibleError); see the report", strict=False)
 def test_unannotated_data_combines_with_sharded_data():
     a, b = torch.randn(8, 8), torch.randn(8, 8)
     error = None
@@ -315,8 +312,6 @@ def test_unannotated_data_combines_with_sharded_data():
     assert error is None, error
 
 
-@pytest.mark.xfail(reason="core: in-place results take XLA's choice; PyTorch/XLA re-applies the "
-                          "target's annotation (spec §4.5); see the report", strict=False)
 def test_inplace_op_keeps_target_sharding_against_other_operand():
     x, y = torch.randn(8, 8).to("spmd"), torch.randn(8, 8).to("spmd")
     mark_sharding(x, mesh_2x4(), (1, 0))

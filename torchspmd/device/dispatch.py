@@ -15,9 +15,11 @@ import torch
 from torch._decomp import core_aten_decompositions
 
 from torchspmd.device.tensor import SpmdTensor
+from torchspmd.lazy.annotation import annotation, sharded_value
 from torchspmd.lazy.handle import Handle
 from torchspmd.lazy.node import TENSOR, Node, ScalarSlot
-from torchspmd.lazy.record import leaf_signature, meta_of, record
+from torchspmd.lazy.record import leaf_signature, meta_of, record, record_unary
+from torchspmd.lowering.annotations import SHARDING_CONSTRAINT
 from torchspmd.lazy.shapes import signature
 from torchspmd.lazy.schema import (SCALAR, SCALARS, STATIC, TENSORS, functional_variant,
                                    op_schema)
@@ -161,10 +163,20 @@ def _mutate(func, schema, args, kwargs):
     for target, value in zip(targets, values[len(extra):]):
         if schema.mutated_kw and meta_of(value).shape != tuple(target.shape):
             _resize(target, meta_of(value))  # out= tensors take the result's shape
-        _assign(target, value)
+        _assign(target, _keep_annotation(target, value))
     if extra:
         return _shape_result(func, [SpmdTensor(Handle.new(v, meta_of(v))) for v in extra])
     return _shape_result(func, targets) if _return_form(func) != "none" else None
+
+
+def _keep_annotation(target, value):
+    """An in-place op keeps its target's sharding annotation (as PyTorch/XLA re-applies it)."""
+    if not isinstance(target, SpmdTensor):
+        return value
+    sharding = annotation(sharded_value(target._h))
+    if sharding is None or annotation(value) is sharding:
+        return value
+    return record_unary(SHARDING_CONSTRAINT, value, sharding)
 
 
 def _check_mutation(func, args, kwargs) -> None:

@@ -13,6 +13,7 @@ import jax
 import numpy as np
 
 from torchspmd.jax_setup import devices
+from torchspmd.runtime import transfer
 
 
 class MeshMismatchError(RuntimeError):
@@ -24,7 +25,7 @@ def device_ids(sharding: jax.sharding.Sharding) -> tuple[int, ...]:
     mesh = getattr(sharding, "mesh", None)
     if mesh is not None and hasattr(mesh, "devices"):
         return tuple(int(d.id) for d in np.asarray(mesh.devices).flat)
-    return tuple(sorted(int(d.id) for d in sharding.device_set))
+    return tuple(int(d.id) for d in sharding._device_assignment)
 
 
 def target_devices(arrays: list[jax.Array], constraints: list) -> tuple[int, ...] | None:
@@ -56,10 +57,9 @@ def target_devices(arrays: list[jax.Array], constraints: list) -> tuple[int, ...
     return next(iter(found.values()), None)
 
 
-def replicated_on(ids: tuple[int, ...]) -> jax.sharding.NamedSharding:
+def replicated_on(ids: tuple[int, ...]) -> jax.sharding.Sharding:
     """Replicated over the devices ``ids`` (in that order)."""
-    mesh = jax.sharding.Mesh(np.array([devices()[i] for i in ids]), ("_sub",))
-    return jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec())
+    return transfer.replicated_on(tuple(ids))
 
 
 def restrict(array: jax.Array, ids: tuple[int, ...]) -> jax.Array:

@@ -28,11 +28,22 @@ def to_torch(a: np.ndarray) -> torch.Tensor:
     return torch.from_numpy(np.array(a, copy=True))
 
 
-@functools.cache
-def replicated() -> jax.sharding.NamedSharding:
+def replicated() -> jax.sharding.Sharding:
     """Unsharded data's layout: replicated over every device (PyTorch/XLA's virtual device)."""
-    mesh = jax.sharding.Mesh(np.array(devices()), ("_all",))
-    return jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec())
+    return replicated_on(tuple(range(len(devices()))))
+
+
+@functools.cache
+def replicated_on(ids: tuple[int, ...]) -> jax.sharding.Sharding:
+    """Replicated over the devices ``ids``, in that order.
+
+    Not a ``NamedSharding``: jit lays its outputs out on the mesh of the first input
+    with a named sharding, and a 1-d mesh of all devices cannot express a 2-d mesh's
+    layouts. A mesh-free replicated sharding leaves that choice to the sharded inputs.
+    """
+    from jax._src.sharding_impls import GSPMDSharding  # no public mesh-free equivalent
+
+    return GSPMDSharding.get_replicated(tuple(devices()[i] for i in ids))
 
 
 def upload(host: np.ndarray, sharding: jax.sharding.Sharding | None = None) -> jax.Array:

@@ -23,6 +23,7 @@ import torch
 from jax.sharding import NamedSharding, PartitionSpec
 
 from torchspmd.device.tensor import SpmdTensor
+from torchspmd.lazy.annotation import annotation, sharded_value
 from torchspmd.lazy.handle import Handle
 from torchspmd.lazy.node import Node
 from torchspmd.lazy.record import leaf_signature, meta_of, record_unary
@@ -46,12 +47,6 @@ __all__ = [
 
 Value = tuple[Node, int]
 
-aten = torch.ops.aten
-# View ops that neither move nor reshape data: ``nn.Parameter(t)`` and ``t.detach()`` are
-# such views of ``t``'s storage, and should report and receive ``t``'s sharding.
-_IDENTITY_OPS = frozenset({aten.detach.default, aten.alias.default, aten.lift_fresh.default})
-
-
 def as_spmd_tensor(t: torch.Tensor) -> SpmdTensor:
     """The spmd device tensor behind ``t`` (an ``XLAShardedTensor``'s global tensor).
 
@@ -64,25 +59,13 @@ def as_spmd_tensor(t: torch.Tensor) -> SpmdTensor:
     return inner
 
 
-def _peel(value: Value) -> Value:
-    """``value`` without pending identity views on top (``detach(x)`` is ``x``)."""
-    node, _ = value
-    while not node.is_leaf and node.sig.op in _IDENTITY_OPS:
-        value = node.inputs[0]
-        node = value[0]
-    return value
-
-
 def current_value(t: SpmdTensor) -> Value:
     """The graph value whose sharding ``t`` has: its storage's value for identity views.
 
     >>> current_value(torch.ones(2, device="spmd"))[0].is_leaf  # doctest: +SKIP
     False
     """
-    handle: Handle = t._h
-    if all(step.op in _IDENTITY_OPS for step in handle.view):
-        return _peel(handle.storage.value)
-    return _peel(handle.value())
+    return sharded_value(t._h)
 
 
 def jax_sharding_of(value: Value) -> jax.sharding.Sharding | None:
@@ -94,10 +77,9 @@ def jax_sharding_of(value: Value) -> jax.sharding.Sharding | None:
     >>> jax_sharding_of(current_value(torch.ones(2).to("spmd")))  # doctest: +SKIP
     """
     node, index = value
-    if node.sharding is not None:
-        return node.sharding
-    if node.sig is not None and node.sig.op is SHARDING_CONSTRAINT:
-        return node.sig.template[1]
+    annotated = annotation(value)
+    if annotated is not None:
+        return annotated
     if node.arrays is not None and node.sig is not None and node.sig.op is not None:
         return node.arrays[index].sharding  # computed by a graph: XLA's choice
     return None  # plain uploads and pending values carry no sharding yet

@@ -1,0 +1,43 @@
+"""The sharding a graph value was annotated with, looking through identity views.
+
+``nn.Parameter(t)`` and ``t.detach()`` are identity views of ``t``'s storage; they report
+and keep the storage's annotation. In-place ops keep their target's annotation
+(PyTorch/XLA re-applies it to the new value), so this is read on the hot path of mutation.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from torchspmd.lazy.handle import Handle
+from torchspmd.lazy.node import Node
+from torchspmd.lowering.annotations import SHARDING_CONSTRAINT
+
+aten = torch.ops.aten
+IDENTITY_OPS = frozenset({aten.detach.default, aten.alias.default, aten.lift_fresh.default})
+
+
+def peel(value: tuple[Node, int]) -> tuple[Node, int]:
+    """``value`` without pending identity views on top (``detach(x)`` is ``x``)."""
+    node = value[0]
+    while not node.is_leaf and node.sig.op in IDENTITY_OPS:
+        value = node.inputs[0]
+        node = value[0]
+    return value
+
+
+def sharded_value(handle: Handle) -> tuple[Node, int]:
+    """The graph value whose sharding the tensor of ``handle`` has."""
+    if all(step.op in IDENTITY_OPS for step in handle.view):
+        return peel(handle.storage.value)
+    return peel(handle.value())
+
+
+def annotation(value: tuple[Node, int]):
+    """The sharding ``value`` was annotated with (a leaf's mark, or a constraint), or None."""
+    node = value[0]
+    if node.sharding is not None:
+        return node.sharding
+    if node.sig is not None and node.sig.op is SHARDING_CONSTRAINT:
+        return node.sig.template[1]
+    return None
