@@ -1,20 +1,28 @@
 """torchspmd: GSPMD sharding for PyTorch, compiled and run by XLA through JAX.
 
-``import torchspmd as xs`` offers PyTorch/XLA's SPMD API. Example::
+``import torchspmd as xs`` offers PyTorch/XLA's SPMD API
+(``torch_xla.distributed.spmd``) on a ``pip install``-able runtime. Example::
 
-    import torch, torchspmd
-    x = torch.randn(8, 4, device=torchspmd.device())
+    import numpy as np, torch, torchspmd as xs
+    mesh = xs.Mesh(np.arange(8), (4, 2), ("data", "model"))
+    x = torch.randn(16, 32).to(xs.device())
+    xs.mark_sharding(x, mesh, ("data", None))
     y = (x @ x.T).relu()
-    torchspmd.sync()
+    xs.sync()
 """
 
 import torchspmd.jax_setup  # noqa: F401  (must configure JAX before anything uses it)
 from torchspmd.device.backend import device, device_count, register
 from torchspmd.runtime.execute import sync, wait_device_ops
-from torchspmd.runtime.metrics import metrics, reset as reset_metrics
+from torchspmd.runtime.metrics import metrics
+from torchspmd.runtime.metrics import reset as reset_metrics
 from torchspmd.runtime.rng import manual_seed
+from torchspmd.sharding import *  # noqa: F403  (the torch_xla.distributed.spmd names)
+from torchspmd.sharding import __all__ as _sharding_names
 
 register()
 
+import torchspmd.debug  # noqa: E402,F401  (torchspmd.debug.metrics_report() etc.)
+
 __all__ = ["device", "device_count", "sync", "wait_device_ops", "metrics", "reset_metrics",
-           "manual_seed"]
+           "manual_seed", *_sharding_names]
