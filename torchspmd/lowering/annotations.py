@@ -50,3 +50,19 @@ def shard_alike(meta, x, y):
     from jax.experimental.shard_alike import shard_alike as _shard_alike
 
     return _shard_alike(x, y)
+
+
+class ReshapingAnnotationOp(AnnotationOp):
+    """An annotation whose output has another shape: ``op(x, sharding, shape)``."""
+
+    def __call__(self, x, sharding, shape):
+        return x.new_empty(shape)
+
+
+# Manual-sharding region boundaries (``enable_manual_sharding`` / ``disable_manual_sharding``):
+# full_to_shard(x, sharding, local_shape) gives each device its block of x;
+# shard_to_full(x, sharding, full_shape) reassembles the blocks. The program lowers the
+# ops between them as one ``jax.shard_map`` body (``runtime/manual.py``), so they have no
+# entry in the lowering table.
+FULL_TO_SHARD = ReshapingAnnotationOp("full_to_shard")
+SHARD_TO_FULL = ReshapingAnnotationOp("shard_to_full")

@@ -14,8 +14,10 @@ import numpy as np
 
 from torchspmd.lazy.node import TENSOR, ScalarSlot, TensorMeta
 from torchspmd.lowering import LOWERINGS, RANDOM_OPS
+from torchspmd.lowering.annotations import SHARD_TO_FULL
 from torchspmd.lowering.dtypes import to_jax_dtype
 from torchspmd.runtime.graph import Graph
+from torchspmd.runtime.manual import check_region, manual_steps, run_region
 from torchspmd.runtime.metrics import COUNTERS
 
 _KINDS = (float, int, bool)
@@ -30,8 +32,11 @@ class Program:
         self.steps = [(n.sig, codes) for n, codes in zip(graph.nodes, graph.operands)]
         self.roots = [(position[r], [i for i, m in enumerate(r.sig.outputs) if m is not None])
                       for r in graph.roots]
-        # Each scalar input's vector (float, int or bool) and its index there.
-        self.scalar_kinds = [kind for sig, _ in self.steps for kind in _scalar_kinds(sig)]
+        # Each step's scalar inputs: which vector (float, int or bool) each comes from.
+        self.step_kinds = [_scalar_kinds(sig) for sig, _ in self.steps]
+        self.scalar_kinds = [kind for kinds in self.step_kinds for kind in kinds]
+        self.manual = manual_steps(self.steps)
+        check_region(self.steps, self.manual, self.roots)
         self.jitted = jax.jit(self._replay)
         self.compiled_once = False
         self._last_args = None  # abstract arguments of the latest run, for optimized_hlo()
@@ -60,15 +65,31 @@ class Program:
         COUNTERS["graphs_compiled"] += 1  # runs only while JAX traces, i.e. compiles
         vectors = {float: iter(_unstack(floats)), int: iter(_unstack(ints)),
                    bool: iter(_unstack(bools))}
-        values: list[list] = []
-        for sig, operands in self.steps:
-            inputs = iter([leaves[~c] if c < 0 else values[c // 4096][c % 4096] for c in operands])
-            args = [_fill(a, inputs, vectors) for a in sig.template]
-            kwargs = {k: _fill(v, inputs, vectors) for k, v in sig.kw_template}
-            if sig.op in RANDOM_OPS:
-                kwargs["key"] = jax.random.key(next(vectors[int]))
-            values.append(_check(sig, LOWERINGS[sig.op](_jax_meta(sig), *args, **kwargs)))
+        step_scalars = [[next(vectors[k]) for k in kinds] for kinds in self.step_kinds]
+        values: list = [None] * len(self.steps)
+
+        def operand(code):
+            return leaves[~code] if code < 0 else values[code // 4096][code % 4096]
+
+        for i, (sig, operands) in enumerate(self.steps):
+            if i in self.manual:
+                continue  # computed by the region's shard_map, at its first exit
+            if sig.op is SHARD_TO_FULL:
+                if values[i] is None:
+                    run_region(self.steps, self.manual, values, operand, _lower, step_scalars)
+                continue
+            values[i] = _lower(sig, [operand(c) for c in operands], step_scalars[i])
         return [[values[p][i] for i in outs] for p, outs in self.roots]
+
+
+def _lower(sig, inputs: list, scalars: list) -> list:
+    """One node through its lowering: the call rebuilt from its template, outputs checked."""
+    inputs, scalars = iter(inputs), iter(scalars)
+    args = [_fill(a, inputs, scalars) for a in sig.template]
+    kwargs = {k: _fill(v, inputs, scalars) for k, v in sig.kw_template}
+    if sig.op in RANDOM_OPS:
+        kwargs["key"] = jax.random.key(next(scalars))
+    return _check(sig, LOWERINGS[sig.op](_jax_meta(sig), *args, **kwargs))
 
 
 def _scalar_kinds(sig) -> list:
@@ -94,13 +115,13 @@ def _unstack(vector):
     return [vector[i] for i in range(vector.shape[0])]
 
 
-def _fill(item, inputs, vectors):
+def _fill(item, inputs, scalars):
     if item is TENSOR:
         return next(inputs)
     if isinstance(item, ScalarSlot):
-        return next(vectors[float if item.kind is float else int if item.kind is int else bool])
+        return next(scalars)
     if isinstance(item, tuple):
-        return [_fill(i, inputs, vectors) for i in item]
+        return [_fill(i, inputs, scalars) for i in item]
     return item
 
 

@@ -14,6 +14,8 @@ from torchspmd.sharding.api import (MarkShardingFunction, ShardingSpec,
                                     unwrap_sharded_tensor, wrap_as_sharded_tensor,
                                     wrap_if_sharded)
 from torchspmd.sharding.hlo_text import ShardingType
+from torchspmd.sharding.manual import (_mark_manual_sharding, disable_manual_sharding,
+                                       enable_manual_sharding)
 from torchspmd.sharding.mesh import (HybridMesh, Mesh, get_1d_mesh, get_global_mesh,
                                      set_global_mesh)
 from torchspmd.sharding.sharded_tensor import XLAShard, XLAShardedTensor
@@ -38,4 +40,7 @@ __all__ = [
     "wrap_if_sharded",
     "wrap_as_sharded_tensor",
     "unwrap_sharded_tensor",
+    "enable_manual_sharding",
+    "disable_manual_sharding",
+    "_mark_manual_sharding",
 ]

@@ -27,9 +27,9 @@ from torchspmd.lazy.annotation import annotation, sharded_value
 from torchspmd.lazy.handle import Handle
 from torchspmd.lazy.node import Node
 from torchspmd.lazy.record import leaf_signature, meta_of, record_unary
-from torchspmd.lowering.annotations import SHARDING_CONSTRAINT
+from torchspmd.lowering.annotations import FULL_TO_SHARD, SHARDING_CONSTRAINT
 from torchspmd.runtime import transfer
-from torchspmd.sharding.hlo_text import sharding_to_hlo_text
+from torchspmd.sharding.hlo_text import MANUAL_TEXT, sharding_to_hlo_text
 
 __all__ = [
     "Value",
@@ -91,7 +91,10 @@ def current_text(t: SpmdTensor) -> str:
     >>> current_text(torch.ones(2).to("spmd"))  # doctest: +SKIP
     ''
     """
-    sharding = jax_sharding_of(current_value(t))
+    value = current_value(t)
+    if value[0].sig is not None and value[0].sig.op is FULL_TO_SHARD:
+        return MANUAL_TEXT  # a local block of a manual region
+    sharding = jax_sharding_of(value)
     return "" if sharding is None else sharding_to_hlo_text(sharding, t.dim())
 
 

@@ -1,0 +1,55 @@
+"""Manual sharding: ops between enable and disable see local blocks (shard_map semantics)."""
+
+import numpy as np
+import pytest
+import torch
+
+import torchspmd as xs
+
+
+def _mesh():
+    return xs.Mesh(np.arange(8), (1, 8), ("x", "y"))
+
+
+def test_enable_gives_local_block_shape_and_manual_spec():
+    x = torch.randn(8, 8).to("spmd")
+    local = xs.enable_manual_sharding(x, (0, 1), mesh=_mesh())
+    assert local.shape == (8, 1)
+    assert local.sharding_spec == "{manual}"
+
+
+def test_per_shard_computation_round_trips_to_the_global_value():
+    cpu = torch.randn(8, 16)
+    x = cpu.to("spmd")
+    local = xs.enable_manual_sharding(x, (None, "y"), mesh=_mesh())
+    local = (local * 2).exp() + local.sum(dim=0, keepdim=True)  # per device, on (8, 2) blocks
+    y = xs.disable_manual_sharding(local, (None, "y"), (8, 16), mesh=_mesh())
+    blocks = [(b * 2).exp() + b.sum(dim=0, keepdim=True) for b in cpu.split(2, dim=1)]
+    torch.testing.assert_close(y.cpu(), torch.cat(blocks, dim=1))
+
+
+def test_global_mesh_is_the_default():
+    xs.set_global_mesh(_mesh())
+    try:
+        x = torch.arange(16.0).reshape(2, 8).to("spmd")
+        local = xs.enable_manual_sharding(x, (None, "y"))
+        y = xs.disable_manual_sharding(local + 1, (None, "y"), (2, 8))
+        torch.testing.assert_close(y.cpu(), torch.arange(16.0).reshape(2, 8) + 1)
+    finally:
+        xs.set_global_mesh(None)
+
+
+def test_no_mesh_anywhere_is_an_error():
+    with pytest.raises(ValueError, match="No mesh is provided"):
+        xs.enable_manual_sharding(torch.ones(8).to("spmd"), (0,))
+
+
+def test_reading_a_local_block_without_disable_is_an_error():
+    local = xs.enable_manual_sharding(torch.ones(8, 8).to("spmd"), (0, 1), mesh=_mesh())
+    with pytest.raises(RuntimeError, match="disable_manual_sharding"):
+        (local + 1).cpu()
+
+
+def test_marking_data_as_manual_is_refused():
+    with pytest.raises(RuntimeError, match="Marking any data tensors as manual is not supported"):
+        xs._mark_manual_sharding(torch.ones(4).to("spmd"))

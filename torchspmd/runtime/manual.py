@@ -1,0 +1,68 @@
+"""Manual-sharding regions: ops between full_to_shard and shard_to_full see local blocks.
+
+Inside the compiled program such a region becomes one ``jax.shard_map`` body over the
+region's mesh: its inputs are the global values entering ``full_to_shard`` (split by the
+region's partition specs), its outputs the local values reaching ``shard_to_full``.
+"""
+
+from __future__ import annotations
+
+import jax
+from jax.sharding import PartitionSpec
+
+from torchspmd.lowering.annotations import FULL_TO_SHARD, SHARD_TO_FULL
+
+
+def manual_steps(steps: list) -> frozenset[int]:
+    """Indices of the steps that compute on local blocks (entries included, exits not)."""
+    manual: set[int] = set()
+    for i, (sig, operands) in enumerate(steps):
+        if sig.op is FULL_TO_SHARD:
+            manual.add(i)
+        elif sig.op is not SHARD_TO_FULL and any(c >= 0 and c // 4096 in manual for c in operands):
+            manual.add(i)
+    return frozenset(manual)
+
+
+def check_region(steps: list, manual: frozenset[int], roots: list) -> None:
+    """Refuse what a shard_map body cannot express, naming the op and the fix."""
+    for i in sorted(manual):
+        sig, operands = steps[i]
+        if sig.op is FULL_TO_SHARD:
+            continue
+        for c in operands:
+            if c < 0 or c // 4096 not in manual:
+                raise NotImplementedError(
+                    f"torchspmd: {sig.op} inside a manual-sharding region mixes a local block "
+                    "with a global tensor. Bring the global tensor in with "
+                    "enable_manual_sharding too.")
+    for position, _ in roots:
+        if position in manual:
+            raise RuntimeError(
+                "torchspmd: a manually sharded tensor (local blocks) was read. Call "
+                "disable_manual_sharding on it first to get the global tensor back.")
+
+
+def run_region(steps, manual, values, operand, lower, step_scalars) -> None:
+    """Compute every exit of the manual region into ``values`` with one shard_map."""
+    entries = [i for i in sorted(manual) if steps[i][0].op is FULL_TO_SHARD]
+    body_steps = [i for i in sorted(manual) if steps[i][0].op is not FULL_TO_SHARD]
+    exits = [i for i, (sig, _) in enumerate(steps) if sig.op is SHARD_TO_FULL]
+    mesh = steps[entries[0]][0].template[1].mesh
+    scalars = [step_scalars[i] for i in body_steps]
+
+    def body(local_inputs, scalars):
+        local = {i: [x] for i, x in zip(entries, local_inputs)}
+        for i, s in zip(body_steps, scalars):
+            sig, operands = steps[i]
+            local[i] = lower(sig, [local[c // 4096][c % 4096] for c in operands], s)
+        return [local[steps[i][1][0] // 4096][steps[i][1][0] % 4096] for i in exits]
+
+    mapped = jax.shard_map(
+        body, mesh=mesh, check_vma=False,
+        in_specs=([steps[i][0].template[1].spec for i in entries],
+                  [[PartitionSpec()] * len(s) for s in scalars]),
+        out_specs=[steps[i][0].template[1].spec for i in exits])
+    outputs = mapped([operand(steps[i][1][0]) for i in entries], scalars)
+    for i, out in zip(exits, outputs):
+        values[i] = [out]

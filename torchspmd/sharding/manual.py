@@ -1,0 +1,94 @@
+"""Manual sharding: between enable and disable, ops see each device's local block.
+
+``enable_manual_sharding`` marks a tensor and hands back its local block (shape divided
+by the tiling); the ops that follow are written per device, as in ``jax.shard_map``;
+``disable_manual_sharding`` reassembles the global tensor. The compiled program runs the
+ops in between as one ``shard_map`` body.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from torchspmd.device.tensor import SpmdTensor
+from torchspmd.lazy.handle import Handle
+from torchspmd.lazy.node import TENSOR
+from torchspmd.lazy.record import meta_of, record
+from torchspmd.lowering.annotations import FULL_TO_SHARD, SHARD_TO_FULL
+from torchspmd.sharding import state
+from torchspmd.sharding.api import mark_sharding, wrap_as_sharded_tensor
+from torchspmd.sharding.mesh import Mesh, get_global_mesh
+from torchspmd.sharding.partition_spec import PartitionSpec, check_rank, named_sharding
+from torchspmd.sharding.sharded_tensor import XLAShardedTensor
+
+__all__ = ["enable_manual_sharding", "disable_manual_sharding", "_mark_manual_sharding"]
+
+
+def _mesh_or_global(mesh: Mesh | None) -> Mesh:
+    mesh = mesh or get_global_mesh()
+    if mesh is None:
+        raise ValueError("No mesh is provided and no global mesh is set. Pass mesh= or call "
+                         "set_global_mesh(mesh).")
+    return mesh
+
+
+def _reshaped(value, sharding, op, shape) -> SpmdTensor:
+    template = (TENSOR, sharding, tuple(shape))
+    node = record(op, template, (), (value,), (meta_of(value),))
+    return SpmdTensor(Handle.new((node, 0), node.sig.outputs[0]))
+
+
+def enable_manual_sharding(t: torch.Tensor, partition_spec: PartitionSpec, *,
+                           mesh: Mesh | None = None) -> XLAShardedTensor:
+    """Shard ``t`` by ``partition_spec`` and return each device's local block, ``{manual}``.
+
+    Example::
+
+        >>> mesh = Mesh(range(8), (1, 8))
+        >>> local = enable_manual_sharding(x, (0, 1), mesh=mesh)   # x: (8, 8)
+        >>> local.shape
+        torch.Size([8, 1])
+    """
+    mesh = _mesh_or_global(mesh)
+    mark_sharding(t, mesh, partition_spec)
+    inner = state.as_spmd_tensor(t)
+    sharding = named_sharding(mesh, partition_spec)
+    try:
+        local_shape = sharding.shard_shape(tuple(inner.shape))
+    except ValueError as e:
+        raise ValueError(f"torchspmd: enable_manual_sharding needs dims that divide evenly "
+                         f"by the tiling; shape {tuple(inner.shape)} with spec "
+                         f"{partition_spec} does not.") from e
+    local = _reshaped(inner._h.value(), sharding, FULL_TO_SHARD, local_shape)
+    return wrap_as_sharded_tensor(local)
+
+
+def disable_manual_sharding(t: torch.Tensor, partition_spec: PartitionSpec,
+                            full_shape: tuple[int, ...], *,
+                            mesh: Mesh | None = None) -> XLAShardedTensor:
+    """Reassemble the global tensor of shape ``full_shape`` from local blocks ``t``.
+
+    Example::
+
+        >>> y = disable_manual_sharding(local * 2, (0, 1), (8, 8), mesh=mesh)
+        >>> torch.equal(y.cpu(), x.cpu() * 2)
+        True
+    """
+    mesh = _mesh_or_global(mesh)
+    inner = state.as_spmd_tensor(t)
+    check_rank(partition_spec, len(full_shape))
+    sharding = named_sharding(mesh, partition_spec)
+    return wrap_as_sharded_tensor(_reshaped(inner._h.value(), sharding, SHARD_TO_FULL, full_shape))
+
+
+def _mark_manual_sharding(t: torch.Tensor) -> torch.Tensor:
+    """PyTorch/XLA's low-level manual marker; only pending values may be marked.
+
+    Device data raises as in the reference; here the supported way in is
+    :func:`enable_manual_sharding`.
+    """
+    inner = state.as_spmd_tensor(t)
+    if inner._h.value()[0].is_leaf:
+        raise RuntimeError("Marking any data tensors as manual is not supported")
+    raise NotImplementedError("torchspmd: use enable_manual_sharding(t, partition_spec, "
+                              "mesh=mesh) to enter a manual region.")
