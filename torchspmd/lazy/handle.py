@@ -14,9 +14,11 @@ import weakref
 from torchspmd.lazy.node import Node, TensorMeta
 from torchspmd.lazy.views import derive, write_back
 
-# Storages whose value is still a pending graph: ``sync()`` computes exactly these.
-# The design's live-handle registry; weak, so a dropped tensor's graph is never run.
+# Storages whose value is still a pending graph, and views whose derived value is:
+# ``sync()`` computes exactly these. The design's live-handle registry; weak, so a
+# dropped tensor's graph is never run.
 PENDING: "weakref.WeakSet[Storage]" = weakref.WeakSet()
+PENDING_VIEWS: "weakref.WeakSet[Handle]" = weakref.WeakSet()
 
 
 class Storage:
@@ -41,14 +43,26 @@ class Storage:
 class Handle:
     """A tensor's lazy state: its storage, and the view chain from the storage's base."""
 
-    __slots__ = ("storage", "view", "meta", "_cached", "_cached_version")
+    __slots__ = ("storage", "view", "meta", "_cached", "_cached_version", "__weakref__")
 
     def __init__(self, storage: Storage, meta: TensorMeta, view: tuple = (), cached=None):
         self.storage = storage
         self.meta = meta
         self.view = view  # () for a base; else a tuple of views.ViewStep
-        self._cached = cached
         self._cached_version = storage.version
+        self._cache(cached)
+
+    def _cache(self, value) -> None:
+        self._cached = value
+        if value is not None and not value[0].is_leaf:
+            PENDING_VIEWS.add(self)
+
+    def pending_view_value(self):
+        """This view's derived value if it is current and still to be computed, else None."""
+        if (self._cached is not None and self._cached_version == self.storage.version
+                and not self._cached[0].is_leaf):
+            return self._cached
+        return None
 
     @classmethod
     def new(cls, value: tuple[Node, int], meta: TensorMeta) -> "Handle":
@@ -59,8 +73,8 @@ class Handle:
         if not self.view:
             return self.storage.value
         if self._cached is None or self._cached_version != self.storage.version:
-            self._cached = derive(self.storage.value, self.storage.meta, self.view)
             self._cached_version = self.storage.version
+            self._cache(derive(self.storage.value, self.storage.meta, self.view))
         return self._cached
 
     def assign(self, value: tuple[Node, int]) -> None:
@@ -69,8 +83,8 @@ class Handle:
             self.storage.set(value)
             return
         write_back(self.storage, self.view, value)
-        self._cached = value
         self._cached_version = self.storage.version
+        self._cache(value)
 
     def viewed(self, step, value: tuple[Node, int], meta: TensorMeta) -> "Handle":
         """A handle for the view ``step`` of this tensor, whose value is ``value``."""

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import jax
 
-from torchspmd.lazy.handle import PENDING
+from torchspmd.lazy.handle import PENDING, PENDING_VIEWS
 from torchspmd.lazy.node import Node
 from torchspmd.lowering.annotations import SHARDING_CONSTRAINT
 from torchspmd.runtime import placement, transfer
@@ -29,7 +29,10 @@ def sync(wait: bool = False) -> None:
         torchspmd.sync()   # one compiled program for the whole step
     """
     roots = {s.value[0] for s in list(PENDING) if not s.value[0].is_leaf}
+    views = [h.pending_view_value() for h in list(PENDING_VIEWS)]
+    roots.update(v[0] for v in views if v is not None)
     PENDING.clear()
+    PENDING_VIEWS.clear()
     execute(sorted(roots, key=lambda n: n.seq))
     if wait:
         wait_device_ops()
