@@ -349,7 +349,7 @@ def test_where_and_casts():
     check_lowering(aten._to_copy.default, x, dtype=torch.bfloat16)
     check_lowering(aten._to_copy.default, x, dtype=torch.float64, layout=torch.strided)
     out = EAGER[aten._to_copy.default](_meta((6,), jnp.float64), to_jax(x), dtype=torch.float64,
-                                           device="cpu", non_blocking=True)
+                                       device="cpu", non_blocking=True)  # device kwargs ignored
     assert out.dtype == jnp.float64
     check_lowering(aten._to_copy.default, randint(4), dtype=torch.float32)
     check_lowering(aten._to_copy.default, randint(4, lo=0, hi=3), dtype=torch.bool)
@@ -381,6 +381,7 @@ def test_traced_scalars(jit):
     _jax_vs_torch(aten.lerp.Scalar, (x, x * 2, 0.3), (jx, jx * 2, jnp.asarray(0.3)), jit=jit)
     y = randint(3, 4)
     _jax_vs_torch(aten.add.Scalar, (y, 3), (to_jax(y), jnp.asarray(3)), jit=jit)
+    _jax_vs_torch(aten.lt.Scalar, (y, 2.5), (to_jax(y), jnp.asarray(2.5)), jit=jit)  # int vs float
     # keyword Scalars (alpha, value) traced
     meta = _meta((3, 4), jnp.float32)
     for op, args, kw in [(aten.add.Tensor, (x, x), "alpha"), (aten.sub.Tensor, (x, x * 3), "alpha"),

@@ -37,19 +37,46 @@ _SLOTS = {float: ScalarSlot(float), int: ScalarSlot(int), bool: ScalarSlot(bool)
 _DROPPED_KWARGS = ("device", "pin_memory", "layout")  # placement is ours to decide
 
 
+class _Plan:
+    """What dispatch needs to know about one op, worked out on its first call.
+
+    One dict lookup per call instead of several: hashing an OpOverload runs Python code.
+    """
+
+    __slots__ = ("special", "schema", "lowered", "random", "kinds", "keyword")
+
+    def __init__(self, func):
+        self.special = _SPECIAL.get(func)
+        self.schema = op_schema(func)
+        self.lowered = func in LOWERINGS
+        self.random = func in RANDOM_OPS
+        self.kinds = self.schema.positional
+        self.keyword = self.schema.keyword
+
+
+_PLANS: dict = {}
+
+
+def _plan(func) -> _Plan:
+    plan = _PLANS.get(func)
+    if plan is None:
+        plan = _PLANS[func] = _Plan(func)
+    return plan
+
+
 def dispatch(func, args: tuple, kwargs: dict):
     """Handle one aten call on spmd tensors (``SpmdTensor.__torch_dispatch__``)."""
-    special = _SPECIAL.get(func)
-    if special is not None:  # may run a graph: not counted as tracing
-        return special(*args, **kwargs)
+    plan = _plan(func)
+    if plan.special is not None:  # may run a graph: not counted as tracing
+        return plan.special(*args, **kwargs)
     start = time.perf_counter()
-    schema = op_schema(func)
+    schema = plan.schema
     if schema.is_inplace_view:
         result = _inplace_view(func, args, kwargs)
     elif schema.is_mutating:
         result = _mutate(func, schema, args, kwargs)
-    elif func in LOWERINGS:
-        node = _record(func, args, kwargs)
+    elif plan.lowered:
+        node = _record(func, args, kwargs, plan)
         result = _views(func, args, node) if schema.is_view else _wrap(func, node)
     else:
         result = _decompose(func, args, kwargs)
@@ -59,24 +86,28 @@ def dispatch(func, args: tuple, kwargs: dict):
 
 # --- recording -------------------------------------------------------------------------
 
-def _record(func, args, kwargs) -> Node:
-    template, kw_template, inputs, metas, scalars = _flatten(func, args, kwargs)
-    if func in RANDOM_OPS:
+def _record(func, args, kwargs, plan: _Plan | None = None) -> Node:
+    plan = plan or _plan(func)
+    template, kw_template, inputs, metas, scalars = _flatten(plan, args, kwargs)
+    if plan.random:
         scalars.append(rng.next_seed())
     COUNTERS["ops_traced"] += 1
     return record(func, template, kw_template, tuple(inputs), tuple(metas), tuple(scalars))
 
 
-def _flatten(func, args, kwargs):
+def _flatten(plan: _Plan, args, kwargs):
     """Split a call into its template, tensor values, their metas and scalar inputs."""
-    schema = op_schema(func)
     inputs, metas, scalars = [], [], []
-    kinds = schema.positional
-    template = tuple(_slot(a, kinds[i] if i < len(kinds) else STATIC, inputs, metas, scalars)
-                     for i, a in enumerate(args))
-    kw_template = tuple((k, _slot(v, schema.keyword.get(k, STATIC), inputs, metas, scalars))
-                        for k, v in kwargs.items() if k not in _DROPPED_KWARGS)
-    return template, kw_template, inputs, metas, scalars
+    kinds = plan.kinds
+    template = []
+    for i, a in enumerate(args):
+        template.append(_slot(a, kinds[i] if i < len(kinds) else STATIC, inputs, metas, scalars))
+    kw_template = ()
+    if kwargs:
+        keyword = plan.keyword
+        kw_template = tuple((k, _slot(v, keyword.get(k, STATIC), inputs, metas, scalars))
+                            for k, v in kwargs.items() if k not in _DROPPED_KWARGS)
+    return tuple(template), kw_template, inputs, metas, scalars
 
 
 def _slot(arg, kind, inputs, metas, scalars):
@@ -185,7 +216,7 @@ def _check_mutation(func, args, kwargs) -> None:
     The mutating op's own meta kernel does the checks; its signature is cached like any
     other, so a training loop pays a dict lookup.
     """
-    template, kw_template, _, metas, scalars = _flatten(func, args, kwargs)
+    template, kw_template, _, metas, scalars = _flatten(_plan(func), args, kwargs)
     signature(func, template, kw_template, tuple(metas), tuple(scalars))
 
 

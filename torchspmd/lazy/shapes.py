@@ -11,7 +11,7 @@ import torch
 
 from torchspmd.lazy.node import TENSOR, ScalarSlot, Signature, TensorMeta
 
-# (op, template, kw_template, input metas) -> Signature. One of the design's registries.
+# (id(op), template, kw_template, input metas) -> Signature. One of the design's registries.
 _SIGNATURES: dict[tuple, Signature] = {}
 
 
@@ -25,7 +25,7 @@ def signature(op, template: tuple, kw_template: tuple, metas: tuple, scalars: tu
     ``scalars`` (the values of the template's ScalarSlots) are used only on a miss, to call
     the meta kernel with real numbers.
     """
-    key = (op, template, kw_template, metas)
+    key = (id(op), template, kw_template, metas)  # ops are singletons; id() hashes fast
     sig = _SIGNATURES.get(key)
     if sig is None:
         outputs = _infer(op, template, kw_template, metas, scalars)
