@@ -1,7 +1,8 @@
 """aten -> JAX lowerings: importing this package fills ``registry.LOWERINGS``."""
 
-from torchspmd.lowering import (annotations, conv, elementwise, factory, foreach,  # noqa: F401
-                                indexing, linalg, nn, random, reductions, shape)
+from torchspmd.lowering import (activations, annotations, conv, elementwise,  # noqa: F401
+                                factory, foreach, indexing, linalg, nn, normalization,
+                                random, reductions, shape)
 from torchspmd.lowering.registry import LOWERINGS, RANDOM_OPS, lowers
 
 __all__ = ["LOWERINGS", "RANDOM_OPS", "lowers"]

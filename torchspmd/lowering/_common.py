@@ -131,3 +131,18 @@ def result_type(*tensors, scalars=()) -> np.dtype:
                 f = default_float_dtype() if out is None or not is_floating(out) else out
                 out = np.dtype(jnp.complex128 if f == np.float64 else jnp.complex64)
     return out
+
+
+def compute_in_opmath(x, meta):
+    """``x`` in the compute dtype of an op whose result is ``meta`` (float32 for half types)."""
+    return x.astype(opmath(meta.dtype))
+
+
+def outputs_like_meta(meta, values):
+    """Cast multi-output ``values`` to ``meta``; ``None`` where meta is ``None`` (output_mask).
+
+    An output the meta kernel makes empty (batch norm's eval statistics, fused attention's
+    unrequested weights) is returned empty whatever was computed for it.
+    """
+    return tuple(None if m is None else jnp.zeros(m.shape, m.dtype) if 0 in m.shape
+                 else jnp.broadcast_to(v, m.shape).astype(m.dtype) for m, v in zip(meta, values))
