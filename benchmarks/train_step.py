@@ -1,0 +1,279 @@
+"""Training-step time of torchspmd next to the same model and optimizer written in JAX.
+
+Both sides train ``TinyTransformer`` (``torchspmd.testing.models``) from the same initial
+weights on the same batches with AdamW (weight decay 0.1) and the same decaying learning
+rate. The JAX side (``benchmarks/jax_transformer.py``) is one ``jax.jit``-ed step with
+donated parameters and optimizer state: what XLA does with this model when nothing stands
+in front of it. torchspmd's step time is tracing the step + ``torchspmd.sync()`` + waiting
+for the result; the JAX step time is the jitted call + waiting for its result. Both read
+the loss back to the host every step.
+
+    python benchmarks/train_step.py [--steps 50] [--warmup 5] [--batch 8] [--seq 64]
+        [--dim 128] [--layers 2] [--heads 4] [--vocab 256] [--profile N]
+
+Prints the median step time of each side, their ratio (target <= 1.2 on one device),
+tracing time per step, compiles after warm-up (must be 0), peak host memory, and the
+first losses side by side (must agree within 1e-4 relative). Exits non-zero when the
+losses disagree or torchspmd compiles after warm-up. ``--profile N`` adds torchspmd's N
+heaviest functions per timed step (cProfile, compiles excluded).
+
+Where a sharded mode goes: ``place_torch`` / ``place_jax`` put the model on the devices
+(``mark_sharding`` there, the same ``NamedSharding`` per state_dict name here); the
+trainers, the interleaved timing and the report do not change.
+"""
+
+from __future__ import annotations
+
+import os
+
+# "On one device": torchspmd gives JAX this many CPU devices, and unsharded data is
+# replicated over all of them, so with the default of 8 every op would run 8 times.
+# Must be set before torchspmd (or jax) is imported.
+os.environ.setdefault("TORCHSPMD_CPU_DEVICES", "1")
+
+import argparse  # noqa: E402
+import copy  # noqa: E402
+import cProfile  # noqa: E402
+import pstats  # noqa: E402
+import resource  # noqa: E402
+import statistics  # noqa: E402
+import sys  # noqa: E402
+import time  # noqa: E402
+
+import jax  # noqa: E402
+import torch  # noqa: E402
+
+import torchspmd  # noqa: E402
+from torchspmd.testing.models import TinyTransformer, batches, lm_loss  # noqa: E402
+
+# The JAX model is this script's sibling; benchmarks/ is no package (python -m cProfile
+# puts the script's folder on the path too, but an import of this module would not).
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import jax_transformer as jt  # noqa: E402
+
+BASE_LR = 1e-2  # as torchspmd.testing.models.train
+WEIGHT_DECAY = 0.1
+LOSS_RTOL = 1e-4
+LOSSES_COMPARED = 5
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--steps", type=int, default=50, help="timed steps")
+    parser.add_argument("--warmup", type=int, default=5,
+                        help="untimed steps first (AdamW's first steps compile new graphs)")
+    parser.add_argument("--batch", type=int, default=8)
+    parser.add_argument("--seq", type=int, default=64)
+    parser.add_argument("--dim", type=int, default=128)
+    parser.add_argument("--layers", type=int, default=2)
+    parser.add_argument("--heads", type=int, default=4)
+    parser.add_argument("--vocab", type=int, default=256)
+    parser.add_argument("--profile", type=int, default=0, metavar="N",
+                        help="cProfile torchspmd's timed steps and print its own N "
+                             "heaviest functions per step (times are then inflated)")
+    return parser.parse_args(argv)
+
+
+def build_model(args) -> TinyTransformer:
+    torch.manual_seed(0)
+    return TinyTransformer(vocab=args.vocab, dim=args.dim, heads=args.heads,
+                           layers=args.layers, seq=args.seq)
+
+
+def lr_at(step: int, total: int) -> float:
+    """The schedule of ``models.train``: a Python number each step (must not recompile)."""
+    return BASE_LR * (1 - step / (2 * total))
+
+
+# --- torchspmd side ------------------------------------------------------------------
+
+def place_torch(model: TinyTransformer) -> TinyTransformer:
+    """The module on the spmd device. A sharded mode marks the parameters here."""
+    return model.to(torchspmd.device())
+
+
+def torchspmd_trainer(model: TinyTransformer, total: int):
+    """``step(i, x, y) -> loss``: one traced, synced and waited-for training step.
+
+    The returned function records per-step phases in ``step.phases``: seconds in user
+    code while tracing, in ``sync()`` (host work: graph collection, launch), and waiting
+    for the device and reading the loss.
+    """
+    model = place_torch(copy.deepcopy(model))
+    opt = torch.optim.AdamW(model.parameters(), lr=BASE_LR, weight_decay=WEIGHT_DECAY)
+    device = torchspmd.device()
+    phases: list[tuple[float, float, float]] = []
+
+    def step(i: int, x: torch.Tensor, y: torch.Tensor) -> float:
+        start = time.perf_counter()
+        for group in opt.param_groups:
+            group["lr"] = lr_at(i, total)
+        x, y = x.to(device), y.to(device)
+        opt.zero_grad()
+        loss = lm_loss(model, x, y)
+        loss.backward()
+        opt.step()
+        traced = time.perf_counter()
+        torchspmd.sync()
+        launched = time.perf_counter()
+        torchspmd.wait_device_ops()
+        value = loss.item()
+        phases.append((traced - start, launched - traced, time.perf_counter() - launched))
+        return value
+
+    step.phases = phases
+    return step
+
+
+# --- JAX side ------------------------------------------------------------------------
+
+def place_jax(tree: dict) -> dict:
+    """Parameters (or optimizer state) on JAX's device, committed, as the step's outputs
+    will be (an uncommitted input would make the second call compile again). A sharded
+    mode gives each leaf its NamedSharding here."""
+    return jax.device_put(tree, jax.devices()[0])
+
+
+def jax_trainer(model: TinyTransformer, total: int, heads: int):
+    """``step(i, x, y) -> loss`` for the pure-JAX model, from the module's own weights."""
+    params = place_jax(jt.params_from_torch(model.state_dict()))
+    state = {"params": params, "opt": place_jax(jt.adamw_init(params))}
+    train_step = jt.make_train_step(heads=heads, weight_decay=WEIGHT_DECAY)
+
+    def step(i: int, x: torch.Tensor, y: torch.Tensor) -> float:
+        # The batch goes host -> device inside the step, as x.to("spmd") does on the
+        # other side.
+        x, y = jax.device_put((x.numpy(), y.numpy()))
+        state["params"], state["opt"], loss = train_step(
+            state["params"], state["opt"], x, y, jt.as_lr(lr_at(i, total)))
+        jax.block_until_ready((state["params"], state["opt"]))
+        return float(loss)
+
+    step.jitted = train_step
+    return step
+
+
+# --- profile ----------------------------------------------------------------------
+
+def profiled(step, warmup: int, profiler: cProfile.Profile):
+    """``step`` with ``profiler`` on during the timed steps only (compiles excluded)."""
+
+    def run(i, x, y):
+        if i < warmup:
+            return step(i, x, y)
+        profiler.enable()
+        try:
+            return step(i, x, y)
+        finally:
+            profiler.disable()
+
+    return run
+
+
+def print_profile(profiler: cProfile.Profile, steps: int, top: int) -> None:
+    """torchspmd's own functions by cumulative time per step: where the core spends it."""
+    stats = pstats.Stats(profiler).stats  # (file, line, name) -> (cc, ncalls, tt, ct, callers)
+    package = os.path.dirname(os.path.abspath(torchspmd.__file__))
+    rows = [(ct, tt, n, f"{os.path.relpath(file, os.path.dirname(package))}:{name}")
+            for (file, _, name), (_, n, tt, ct, _) in stats.items()
+            if os.path.abspath(file).startswith(package)]
+    print(f"torchspmd profile, per step ({steps} steps; cumulative includes callees):")
+    print(f"  {'cum ms':>8} {'own ms':>8} {'calls':>7}  function")
+    for ct, tt, n, where in sorted(rows, reverse=True)[:top]:
+        print(f"  {ct / steps * 1e3:8.2f} {tt / steps * 1e3:8.2f} {n / steps:7.0f}  {where}")
+
+
+# --- timing and report ---------------------------------------------------------------
+
+def run_interleaved(trainers: dict, data: list, warmup: int, steps: int) -> dict:
+    """Run every trainer's step ``warmup + steps`` times, alternating between trainers.
+
+    Alternating step by step (not one side after the other) makes both sides see the
+    same background load, so their ratio holds up on a busy machine. Returns, per name,
+    the losses of all steps and the wall times of the timed ones.
+    """
+    out = {name: {"losses": [], "times": []} for name in trainers}
+    marks = {}
+    for i, (x, y) in enumerate(data[: warmup + steps]):
+        if i == warmup:
+            marks = torchspmd.metrics()
+        for name, step in trainers.items():
+            start = time.perf_counter()
+            out[name]["losses"].append(step(i, x, y))
+            if i >= warmup:
+                out[name]["times"].append(time.perf_counter() - start)
+    after = torchspmd.metrics()
+    out["counters"] = {k: after[k] - marks.get(k, 0) for k in after}
+    return out
+
+
+def peak_rss_mib() -> float:
+    # ru_maxrss is in KiB on Linux; it is the peak of the whole process (both sides).
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def check_losses(spmd: list[float], ref: list[float]) -> bool:
+    print(f"first losses   {'torchspmd':>12} {'JAX':>12} {'rel diff':>10}")
+    ok = True
+    for i, (a, b) in enumerate(zip(spmd[:LOSSES_COMPARED], ref[:LOSSES_COMPARED])):
+        rel = abs(a - b) / abs(b)
+        ok &= rel <= LOSS_RTOL
+        print(f"  step {i:<7} {a:12.6f} {b:12.6f} {rel:10.2e}")
+    print(f"loss check: {'PASS' if ok else 'FAIL'} (rtol {LOSS_RTOL:g})")
+    return ok
+
+
+def report(results: dict, spmd_step, steps: int) -> bool:
+    t_spmd, t_jax = (statistics.median(results[k]["times"]) for k in ("torchspmd", "jax"))
+    # The fastest step too: on a shared machine it is the least disturbed one.
+    m_spmd, m_jax = (min(results[k]["times"]) for k in ("torchspmd", "jax"))
+    counters = results["counters"]
+    timed_phases = spmd_step.phases[-steps:]
+    user, launch, wait = (statistics.median(p[k] for p in timed_phases) for k in range(3))
+    compiles = counters["graphs_compiled"]
+    print(f"devices: {jax.device_count()} x {jax.devices()[0].platform}")
+    print(f"torchspmd step: {t_spmd * 1e3:8.2f} ms (median of {steps}; fastest "
+          f"{m_spmd * 1e3:.2f} ms)")
+    print(f"JAX step:       {t_jax * 1e3:8.2f} ms (fastest {m_jax * 1e3:.2f} ms)")
+    print(f"ratio torchspmd / JAX: {t_spmd / t_jax:.2f}  (target <= 1.2)")
+    print(f"  tracing (trace_time_s): {counters['trace_time_s'] / steps * 1e3:8.2f} ms/step, "
+          f"{counters['ops_traced'] / steps:.0f} ops/step")
+    print(f"  user code to sync:      {user * 1e3:8.2f} ms/step (median)")
+    print(f"  sync() (host):          {launch * 1e3:8.2f} ms/step (median)")
+    print(f"  wait + .item():         {wait * 1e3:8.2f} ms/step (median)")
+    print(f"  compile time after warm-up: {counters['compile_time_s']:.3f} s")
+    print(f"compiles after warm-up: torchspmd {compiles:.0f} (must be 0), "
+          f"JAX jit cache size {results['jax_cache_size']}")
+    print(f"peak host memory (ru_maxrss, whole process): {peak_rss_mib():.0f} MiB "
+          f"({results['rss_before_mib']:.0f} MiB before the first step)")
+    ok = check_losses(results["torchspmd"]["losses"], results["jax"]["losses"])
+    return ok and compiles == 0
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    # XLA's CPU threads and torch's intra-op threads fight over a small host's cores.
+    torch.set_num_threads(1)
+    total = args.warmup + args.steps
+    model = build_model(args)
+    data = batches(args.vocab, args.seq, args.batch, steps=total)
+    spmd_step = torchspmd_trainer(model, total)
+    jax_step = jax_trainer(model, total, args.heads)
+    print(f"TinyTransformer vocab={args.vocab} dim={args.dim} layers={args.layers} "
+          f"heads={args.heads} seq={args.seq} batch={args.batch}; "
+          f"{args.warmup} warm-up + {args.steps} timed steps")
+    rss_before = peak_rss_mib()  # imports, both models and the data, nothing run yet
+    profiler = cProfile.Profile() if args.profile else None
+    traced = profiled(spmd_step, args.warmup, profiler) if profiler else spmd_step
+    results = run_interleaved({"torchspmd": traced, "jax": jax_step}, data,
+                              args.warmup, args.steps)
+    results["jax_cache_size"] = jax_step.jitted._cache_size()
+    results["rss_before_mib"] = rss_before
+    ok = report(results, spmd_step, args.steps)
+    if profiler:
+        print_profile(profiler, args.steps, args.profile)
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
