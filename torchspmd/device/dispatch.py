@@ -84,6 +84,9 @@ def dispatch(func, args: tuple, kwargs: dict):
     return result
 
 
+SpmdTensor._dispatch = staticmethod(dispatch)
+
+
 # --- recording -------------------------------------------------------------------------
 
 def _record(func, args, kwargs, plan: _Plan | None = None) -> Node:
@@ -183,13 +186,12 @@ def _mutate(func, schema, args, kwargs):
     functional = functional_variant(func)
     if functional is None:
         raise _unsupported(func)
-    _check_mutation(func, args, kwargs)
     targets = [args[i] for i in schema.mutated] + [kwargs[k] for k in schema.mutated_kw]
     targets = [t for group in targets for t in (group if isinstance(group, (list, tuple)) else [group])]
     call_kwargs = {k: v for k, v in kwargs.items() if k not in schema.mutated_kw}
     if schema.mutated_kw and "dtype" in op_schema(functional).keyword and "dtype" not in call_kwargs:
         call_kwargs["dtype"] = targets[0].dtype  # factory .out ops: the out tensor's dtype
-    values = _compute(functional, args, call_kwargs)
+    values = _compute_checked(func, functional, args, kwargs, call_kwargs)
     extra = values[: len(values) - len(targets)]  # _functional ops return more first
     for target, value in zip(targets, values[len(extra):]):
         if schema.mutated_kw and meta_of(value).shape != tuple(target.shape):
@@ -200,6 +202,29 @@ def _mutate(func, schema, args, kwargs):
     return _shape_result(func, targets) if _return_form(func) != "none" else None
 
 
+def _compute_checked(func, functional, args, kwargs, call_kwargs) -> list[tuple[Node, int]]:
+    """The values ``functional`` computes, after PyTorch's own checks of mutating ``func``.
+
+    The mutating op's meta kernel raises what PyTorch raises (bad casts, shapes); its
+    signature is cached, so a training loop pays a dict lookup. An in-place op has the
+    same arguments as its functional form, so one flattening serves both.
+    """
+    flat = _flatten(_plan(func), args, kwargs)
+    template, kw_template, inputs, metas, scalars = flat
+    signature(func, template, kw_template, tuple(metas), tuple(scalars))
+    plan = _plan(functional)
+    if not plan.lowered:
+        out = _decompose(functional, args, call_kwargs)
+        return [o._h.value() for o in (out if isinstance(out, (list, tuple)) else [out])]
+    if call_kwargs.keys() != kwargs.keys():  # out= dropped (or dtype added)
+        template, kw_template, inputs, metas, scalars = _flatten(plan, args, call_kwargs)
+    if plan.random:
+        scalars.append(rng.next_seed())
+    COUNTERS["ops_traced"] += 1
+    node = record(functional, template, kw_template, tuple(inputs), tuple(metas), tuple(scalars))
+    return [(node, i) for i in range(len(node.sig.outputs))]
+
+
 def _keep_annotation(target, value):
     """An in-place op keeps its target's sharding annotation (as PyTorch/XLA re-applies it)."""
     if not isinstance(target, SpmdTensor):
@@ -208,25 +233,6 @@ def _keep_annotation(target, value):
     if sharding is None or annotation(value) is sharding:
         return value
     return record_unary(SHARDING_CONSTRAINT, value, sharding)
-
-
-def _check_mutation(func, args, kwargs) -> None:
-    """Raise what PyTorch raises for this in-place call (bad casts, shapes), once per kind.
-
-    The mutating op's own meta kernel does the checks; its signature is cached like any
-    other, so a training loop pays a dict lookup.
-    """
-    template, kw_template, _, metas, scalars = _flatten(_plan(func), args, kwargs)
-    signature(func, template, kw_template, tuple(metas), tuple(scalars))
-
-
-def _compute(func, args, kwargs) -> list[tuple[Node, int]]:
-    """The values ``func`` computes, recorded directly or through its decomposition."""
-    if func in LOWERINGS:
-        node = _record(func, args, kwargs)
-        return [(node, i) for i in range(len(node.sig.outputs))]
-    out = _decompose(func, args, kwargs)
-    return [o._h.value() for o in (out if isinstance(out, (list, tuple)) else [out])]
 
 
 def _assign(target, value) -> None:

@@ -41,11 +41,12 @@ class SpmdTensor(torch.Tensor):
     # Results are made by __torch_dispatch__ already; skip __torch_function__ entirely.
     __torch_function__ = torch._C._disabled_torch_function_impl
 
+    # Set by dispatch.py (which imports this module) to its ``dispatch`` function.
+    _dispatch = None
+
     @classmethod
     def __torch_dispatch__(cls, func, types, args=(), kwargs=None):
-        from torchspmd.device.dispatch import dispatch
-
-        return dispatch(func, args, kwargs or {})
+        return cls._dispatch(func, args, kwargs or {})
 
     def __repr__(self, *, tensor_contents=None) -> str:
         from torchspmd.device.dispatch import to_cpu

@@ -28,12 +28,14 @@ def sync(wait: bool = False) -> None:
         loss = model(x).sum(); loss.backward(); opt.step()
         torchspmd.sync()   # one compiled program for the whole step
     """
-    roots = {s.value[0] for s in list(PENDING) if not s.value[0].is_leaf}
-    views = [h.pending_view_value() for h in list(PENDING_VIEWS)]
-    roots.update(v[0] for v in views if v is not None)
+    values = [s.value for s in list(PENDING)] + [h.pending_view_value() for h in list(PENDING_VIEWS)]
+    wanted: dict[Node, set[int]] = {}
+    for value in values:
+        if value is not None and not value[0].is_leaf:
+            wanted.setdefault(value[0], set()).add(value[1])
     PENDING.clear()
     PENDING_VIEWS.clear()
-    execute(sorted(roots, key=lambda n: n.seq))
+    execute(sorted(wanted, key=lambda n: n.seq), wanted)
     if wait:
         wait_device_ops()
 
@@ -46,15 +48,23 @@ def materialize(values: list[tuple[Node, int]]) -> list[jax.Array]:
     for node, index in values:
         if node.host is not None:
             upload_leaf(node)
-        result.append(node.arrays[index])
+        result.append(_array(node, index))
     return result
 
 
-def execute(roots: list[Node]) -> None:
+def _array(node: Node, index: int) -> jax.Array:
+    array = node.arrays[index]
+    if array is None:  # sync() returns only outputs live tensors hold: this one had none
+        raise RuntimeError(f"torchspmd internal error: output {index} of {node.sig.op} was "
+                           "not kept by sync(); please report this with the code that reads it")
+    return array
+
+
+def execute(roots: list[Node], wanted: dict | None = None) -> None:
     """Run the graph of ``roots``; afterwards each root is a leaf holding its arrays."""
     if not roots:
         return
-    graph = collect(roots)
+    graph = collect(roots, wanted)
     program = _PROGRAMS.get(graph.key)
     if program is None:
         program = _PROGRAMS[graph.key] = Program(graph)
@@ -62,9 +72,9 @@ def execute(roots: list[Node]) -> None:
         COUNTERS["cache_hits"] += 1
     outputs = program.run(graph, _placed_inputs(graph))
     _LAST[:] = [program]
-    for root, arrays in zip(graph.roots, outputs):
+    for root, indices, arrays in zip(graph.roots, graph.wanted, outputs):
         full = [None] * len(root.sig.outputs)
-        for i, a in zip((i for i, m in enumerate(root.sig.outputs) if m is not None), arrays):
+        for i, a in zip(indices, arrays):
             full[i] = a
         root.materialized(full)
     _IN_FLIGHT.extend(a for arrays in outputs for a in arrays)
@@ -72,7 +82,7 @@ def execute(roots: list[Node]) -> None:
 
 def _placed_inputs(graph) -> list[jax.Array]:
     """The graph's input arrays, all on the device set the graph runs on."""
-    on_device = [leaf.arrays[i] for leaf, i in graph.leaves if leaf.host is None]
+    on_device = [_array(leaf, i) for leaf, i in graph.leaves if leaf.host is None]
     constraints = [n.sig.template[1] for n in graph.nodes if n.sig.op is SHARDING_CONSTRAINT]
     constraints += [leaf.sharding for leaf, _ in graph.leaves if leaf.host is not None and leaf.sharding]
     target = placement.target_devices(on_device, constraints)
@@ -80,7 +90,7 @@ def _placed_inputs(graph) -> list[jax.Array]:
         if leaf.host is not None:
             sharded = leaf.sharding is not None
             upload_leaf(leaf, None if sharded or target is None else placement.replicated_on(target))
-    arrays = [leaf.arrays[i] for leaf, i in graph.leaves]
+    arrays = [_array(leaf, i) for leaf, i in graph.leaves]
     if target is None:
         return arrays
     return [placement.restrict(a, target) if frozenset(placement.device_ids(a.sharding))

@@ -17,6 +17,7 @@ class Graph:
     nodes: list[Node]  # pending nodes, operands before users
     leaves: list[tuple[Node, int]]  # data values the graph reads, in first-use order
     roots: list[Node]  # the nodes whose outputs are wanted
+    wanted: list[tuple[int, ...]]  # per root: the output indices to return
     key: tuple
     operands: list[list[int]]  # per node: its operands as codes (see ``operand_code``)
 
@@ -26,8 +27,12 @@ def operand_code(position: int, index: int) -> int:
     return position * 4096 + index if position >= 0 else position
 
 
-def collect(roots: list[Node]) -> Graph:
-    """Every pending node ``roots`` depend on, topologically ordered, and the graph key."""
+def collect(roots: list[Node], wanted: dict | None = None) -> Graph:
+    """Every pending node ``roots`` depend on, topologically ordered, and the graph key.
+
+    ``wanted`` maps a root to the output indices live tensors use (default: every tensor
+    output); the others are not returned, so XLA need not keep them.
+    """
     position: dict[Node, int] = {}
     leaf_position: dict[tuple[Node, int], int] = {}
     nodes: list[Node] = []
@@ -57,6 +62,15 @@ def collect(roots: list[Node]) -> Graph:
         key.append(node.sig.id)
         key.append(len(codes))
         key.extend(codes)
+    outputs = [_tensor_outputs(r) if wanted is None or r not in wanted else tuple(sorted(wanted[r]))
+               for r in roots]
     key.append(-1)
-    key.extend(position[r] for r in roots)
-    return Graph(nodes, leaves, list(roots), tuple(key), operands)
+    for r, outs in zip(roots, outputs):
+        key.append(position[r])
+        key.extend(outs)
+        key.append(-2)
+    return Graph(nodes, leaves, list(roots), outputs, tuple(key), operands)
+
+
+def _tensor_outputs(node: Node) -> tuple[int, ...]:
+    return tuple(i for i, m in enumerate(node.sig.outputs) if m is not None)

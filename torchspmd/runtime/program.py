@@ -30,8 +30,7 @@ class Program:
     def __init__(self, graph: Graph):
         position = {n: i for i, n in enumerate(graph.nodes)}
         self.steps = [(n.sig, codes) for n, codes in zip(graph.nodes, graph.operands)]
-        self.roots = [(position[r], [i for i, m in enumerate(r.sig.outputs) if m is not None])
-                      for r in graph.roots]
+        self.roots = [(position[r], list(outs)) for r, outs in zip(graph.roots, graph.wanted)]
         # Each step's scalar inputs: which vector (float, int or bool) each comes from.
         self.step_kinds = [_scalar_kinds(sig) for sig, _ in self.steps]
         self.scalar_kinds = [kind for kinds in self.step_kinds for kind in kinds]
