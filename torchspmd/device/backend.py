@@ -9,6 +9,7 @@ from __future__ import annotations
 import types
 
 import torch
+import torch.optim.optimizer as torch_optimizer
 from torch.utils import backend_registration
 
 from torchspmd.device.dispatch import _allocate_handle, _contiguous_strides, _copy_from
@@ -71,9 +72,9 @@ def register() -> None:
     _LIBRARY.impl("empty.memory_format", _empty, "PrivateUse1")
     _LIBRARY.impl("empty_strided", _empty_strided, "PrivateUse1")
     _LIBRARY.impl("_copy_from", _copy_from, "PrivateUse1")
-    # torch.optim picks its batched (foreach) update only for tensor types on this list;
+    # torch.optim picks its batched (foreach) update only for tensor types on its list;
     # one _foreach_* op per group records far fewer nodes than one op per parameter.
-    foreach_types = torch.utils._foreach_utils._foreach_supported_types
+    foreach_types = torch_optimizer._foreach_supported_types
     if SpmdTensor not in foreach_types:
         foreach_types.append(SpmdTensor)
 
