@@ -43,7 +43,11 @@ def _cases():
 
 
 def _to_spmd(x):
-    return x.to("spmd") if isinstance(x, torch.Tensor) else x
+    if isinstance(x, torch.Tensor):
+        return x.to("spmd")
+    if isinstance(x, torch.device) or x == "cpu":  # factory ops: device= is an argument
+        return torch.device("spmd")
+    return x
 
 
 def _compare(actual, expected):

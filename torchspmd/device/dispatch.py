@@ -12,7 +12,7 @@ import functools
 import time
 
 import torch
-from torch._decomp import core_aten_decompositions
+from torch._decomp import core_aten_decompositions, decomposition_table
 
 from torchspmd.device.tensor import SpmdTensor
 from torchspmd.lazy.annotation import annotation, sharded_value
@@ -379,7 +379,8 @@ _SPECIAL = {
 
 # --- decompositions --------------------------------------------------------------------
 
-_DECOMPOSITIONS = core_aten_decompositions()
+# PyTorch's core-ATen decompositions first; its wider table for ops outside the core set.
+_DECOMPOSITIONS = {**decomposition_table, **core_aten_decompositions()}
 
 
 def _decompose(func, args, kwargs):

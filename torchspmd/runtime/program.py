@@ -126,7 +126,16 @@ def _fill(item, inputs, scalars):
 
 def _jax_meta(sig):
     metas = tuple(_struct(m) for m in sig.outputs)
-    return metas[0] if len(metas) == 1 else metas
+    return metas if _returns_sequence(sig.op, len(metas)) else metas[0]
+
+
+def _returns_sequence(op, count: int) -> bool:
+    """Whether ``op`` returns a tuple or list (``split`` may return a list of one)."""
+    schema = getattr(op, "_schema", None)
+    if schema is None:  # annotation pseudo-ops
+        return count != 1
+    returns = schema.returns
+    return len(returns) != 1 or str(returns[0].type).startswith("List")
 
 
 def _struct(meta):
