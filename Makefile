@@ -17,7 +17,7 @@ $(VENV)/.installed: pyproject.toml
 setup: $(VENV)/.installed
 
 demo: setup
-	$(PY) examples/train_small.py
+	$(PY) examples/train_gpt.py
 
 test: setup
 	$(PY) -m pytest $(PYTEST_ARGS) tests

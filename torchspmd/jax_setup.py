@@ -2,7 +2,8 @@
 
 Imported first by ``torchspmd/__init__.py``. On a host with no accelerator JAX gets
 ``TORCHSPMD_CPU_DEVICES`` CPU devices (default 8), so meshes of 8 work everywhere.
-x64 is on so int64/float64 tensors keep their dtype.
+x64 is on so int64/float64 tensors keep their dtype. ``TORCHSPMD_COMPILATION_CACHE=DIR``
+keeps compiled programs on disk across runs.
 """
 
 import os
@@ -17,6 +18,10 @@ def _configure() -> None:
     count = int(os.environ.get("TORCHSPMD_CPU_DEVICES", DEFAULT_CPU_DEVICES))
     # Must precede the first backend use; harmless when an accelerator is the default.
     jax.config.update("jax_num_cpu_devices", count)
+    cache = os.environ.get("TORCHSPMD_COMPILATION_CACHE")
+    if cache:  # XLA compiles dominate start-up; a disk cache makes re-runs start warm
+        jax.config.update("jax_compilation_cache_dir", cache)
+        jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
 
 
 _configure()
