@@ -27,7 +27,8 @@ RANDOM = {"bernoulli", "multinomial", "nn.functional.dropout", "nn.functional.dr
           "nn.functional.dropout3d", "normal", "rand_like", "randint", "randint_like", "randn",
           "randn_like", "uniform", "nn.functional.feature_alpha_dropout",
           "nn.functional.alpha_dropout", "empty", "empty_like", "new_empty", "empty_strided",
-          "new_empty_strided", "empty_permuted", "nn.functional.rrelu", "torch._refs.empty"}
+          "new_empty_strided", "empty_permuted", "nn.functional.rrelu", "torch._refs.empty",
+          "geometric", "exponential", "cauchy", "log_normal"}
 
 
 def _cases():

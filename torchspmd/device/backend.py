@@ -12,7 +12,8 @@ import torch
 import torch.optim.optimizer as torch_optimizer
 from torch.utils import backend_registration
 
-from torchspmd.device.dispatch import _allocate_handle, _contiguous_strides, _copy_from
+from torchspmd.device.dispatch import _allocate_handle, _contiguous_strides, _copy_from, dispatch
+from torchspmd.lowering import LOWERINGS
 from torchspmd.device.tensor import SpmdTensor
 from torchspmd.jax_setup import devices
 from torchspmd.lazy.node import TensorMeta
@@ -35,6 +36,37 @@ def _allocate(size, stride, dtype) -> SpmdTensor:
     stride = stride if stride is not None else _contiguous_strides(size)
     meta = TensorMeta(size, stride, dtype or torch.get_default_dtype())
     return SpmdTensor(_allocate_handle(meta), resizable=True)
+
+
+def _factory_ops() -> list:
+    """Lowered ops that take no tensor and a ``device=``: ``arange``, ``randn``, ``triu_indices``...
+
+    With no tensor argument there is no ``__torch_dispatch__`` to reach: PyTorch calls the
+    device's kernel directly, so these are registered on PrivateUse1. Ops that decompose
+    before reaching a backend (CompositeImplicitAutograd) are left to decompose.
+    """
+    ops = []
+    for op in LOWERINGS:
+        schema = getattr(op, "_schema", None)
+        if schema is None or op._schema.name in ("aten::empty", "aten::empty_strided"):
+            continue
+        takes_device = any(a.name == "device" and a.kwarg_only for a in schema.arguments)
+        takes_tensor = any("Tensor" in str(a.type) for a in schema.arguments)
+        implicit = torch._C._dispatch_has_kernel_for_dispatch_key(op.name(), "CompositeImplicitAutograd")
+        if takes_device and not takes_tensor and not implicit and not op._schema.is_mutable:
+            ops.append(op)
+    return ops
+
+
+def _overload_suffix(op) -> str:
+    return "" if op._overloadname == "default" else "." + op._overloadname
+
+
+def _record_factory(op):
+    def kernel(*args, **kwargs):
+        return dispatch(op, args, kwargs)
+
+    return kernel
 
 
 def _device_module() -> types.ModuleType:
@@ -72,6 +104,9 @@ def register() -> None:
     _LIBRARY.impl("empty.memory_format", _empty, "PrivateUse1")
     _LIBRARY.impl("empty_strided", _empty_strided, "PrivateUse1")
     _LIBRARY.impl("_copy_from", _copy_from, "PrivateUse1")
+    for op in _factory_ops():
+        _LIBRARY.impl(op._schema.name.split("::")[-1] + _overload_suffix(op), _record_factory(op),
+                      "PrivateUse1")
     # torch.optim picks its batched (foreach) update only for tensor types on its list;
     # one _foreach_* op per group records far fewer nodes than one op per parameter.
     foreach_types = torch_optimizer._foreach_supported_types

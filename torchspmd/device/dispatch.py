@@ -329,6 +329,11 @@ def _native_batch_norm(input, weight, bias, running_mean, running_var, training,
     return tuple(SpmdTensor(Handle.new((node, i), node.sig.outputs[i])) for i in range(3))
 
 
+def _allclose(a, b, rtol=1e-05, atol=1e-08, equal_nan=False):
+    """A Python bool: computed on the device, one value read back."""
+    return bool(torch.isclose(a, b, rtol=rtol, atol=atol, equal_nan=equal_nan).all().item())
+
+
 def _lift_fresh(t):
     return t
 
@@ -371,6 +376,7 @@ _SPECIAL = {
     aten._copy_from.default: _copy_from,
     aten._local_scalar_dense.default: _local_scalar_dense,
     aten.equal.default: _equal,
+    aten.allclose.default: _allclose,
     aten.lift_fresh.default: _lift_fresh,
     aten.native_batch_norm.default: _native_batch_norm,
     aten.resize_.default: _resize_,

@@ -87,6 +87,10 @@ _FUNCTIONAL_BY_HAND = {
     "aten::normal_": "aten::normal_functional",
     "aten::bernoulli_.float": "aten::bernoulli.p",
     "aten::_native_batch_norm_legit": "aten::_native_batch_norm_legit_functional",
+    **{f"aten::__i{name}__.{overload}": f"aten::{target}.{overload}"
+       for name, target in (("and", "bitwise_and"), ("or", "bitwise_or"), ("xor", "bitwise_xor"),
+                            ("lshift", "bitwise_left_shift"), ("rshift", "bitwise_right_shift"))
+       for overload in ("Tensor", "Scalar")},
 }
 
 
@@ -95,6 +99,8 @@ def _lookup(qualified: str) -> OpOverload | None:
     packet = getattr(aten, name.split("::")[-1], None)
     if packet is None:
         return None
+    if overload == "Scalar" and not hasattr(packet, "Scalar"):  # bitwise shifts: Tensor_Scalar
+        overload = "Tensor_Scalar"
     return getattr(packet, overload or "default", None)
 
 

@@ -229,7 +229,10 @@ def _floor_divide(a, b):
 
 
 def _trunc_divide(a, b):
-    return jnp.trunc(a / b) if is_floating(a.dtype) else lax.div(a, b)
+    if is_floating(a.dtype):
+        return jnp.trunc(a / b)
+    a, b = jnp.broadcast_arrays(a, b)  # lax ops do not broadcast
+    return lax.div(a, b)
 
 
 def _remainder(a, b):
