@@ -35,9 +35,55 @@ def sync(wait: bool = False) -> None:
             wanted.setdefault(value[0], set()).add(value[1])
     PENDING.clear()
     PENDING_VIEWS.clear()
-    execute(sorted(wanted, key=lambda n: n.seq), wanted)
+    roots = sorted(wanted, key=lambda n: n.seq)
+    try:
+        execute(roots, wanted)
+    except placement.MeshMismatchError:
+        # Independent work on two sub-meshes (two models side by side): one graph each.
+        groups = _by_device_set(roots)  # raises again if one computation mixes meshes
+        if len(groups) == 1:
+            raise
+        for group in groups:
+            execute(group, wanted)
     if wait:
         wait_device_ops()
+
+
+def _by_device_set(roots: list[Node]) -> list[list[Node]]:
+    """``roots`` grouped by the device set their computations run on.
+
+    Roots joined by a pending node are one computation and stay in one group, so a
+    computation that really mixes two meshes raises ``MeshMismatchError``.
+    """
+    graph = collect(roots)
+    parent = {n: n for n in graph.nodes}
+
+    def find(n):
+        while parent[n] is not n:
+            parent[n] = parent[parent[n]]
+            n = parent[n]
+        return n
+
+    for node in graph.nodes:
+        for n, _ in node.inputs:
+            if not n.is_leaf:
+                parent[find(n)] = find(node)
+    components: dict[Node, list[Node]] = {}
+    for root in roots:
+        components.setdefault(find(root), []).append(root)
+    groups: dict = {}
+    for members in components.values():
+        target = _target(collect(members))
+        groups.setdefault(None if target is None else frozenset(target), []).extend(members)
+    return [sorted(g, key=lambda n: n.seq) for g in groups.values()]
+
+
+def _target(graph) -> tuple[int, ...] | None:
+    """The sub-mesh ``graph`` runs on (``None``: where its inputs are); raises on a mix."""
+    on_device = [_array(leaf, i) for leaf, i in graph.leaves if leaf.host is None]
+    constraints = [n.sig.template[1] for n in graph.nodes if n.sig.op is SHARDING_CONSTRAINT]
+    constraints += [leaf.sharding for leaf, _ in graph.leaves if leaf.host is not None and leaf.sharding]
+    return placement.target_devices(on_device, constraints)
 
 
 def materialize(values: list[tuple[Node, int]]) -> list[jax.Array]:
@@ -65,12 +111,13 @@ def execute(roots: list[Node], wanted: dict | None = None) -> None:
     if not roots:
         return
     graph = collect(roots, wanted)
+    inputs = _placed_inputs(graph)
     program = _PROGRAMS.get(graph.key)
     if program is None:
         program = _PROGRAMS[graph.key] = Program(graph)
     else:
         COUNTERS["cache_hits"] += 1
-    outputs = program.run(graph, _placed_inputs(graph))
+    outputs = program.run(graph, inputs)
     _LAST[:] = [program]
     for root, indices, arrays in zip(graph.roots, graph.wanted, outputs):
         full = [None] * len(root.sig.outputs)
@@ -82,14 +129,10 @@ def execute(roots: list[Node], wanted: dict | None = None) -> None:
 
 def _placed_inputs(graph) -> list[jax.Array]:
     """The graph's input arrays, all on the device set the graph runs on."""
-    on_device = [_array(leaf, i) for leaf, i in graph.leaves if leaf.host is None]
-    constraints = [n.sig.template[1] for n in graph.nodes if n.sig.op is SHARDING_CONSTRAINT]
-    constraints += [leaf.sharding for leaf, _ in graph.leaves if leaf.host is not None and leaf.sharding]
-    target = placement.target_devices(on_device, constraints)
+    target = _target(graph)
     for leaf, _ in graph.leaves:
         if leaf.host is not None:
-            sharded = leaf.sharding is not None
-            upload_leaf(leaf, None if sharded or target is None else placement.replicated_on(target))
+            upload_leaf(leaf)
     arrays = [_array(leaf, i) for leaf, i in graph.leaves]
     if target is None:
         return arrays

@@ -46,14 +46,15 @@ def target_devices(arrays: list[jax.Array], constraints: list) -> tuple[int, ...
         a, b = list(found.values())[:2]
         raise MeshMismatchError(
             f"torchspmd: one computation uses tensors on devices {list(a)} and on devices "
-            f"{list(b)}. Put them on one mesh first: mark_sharding (after clear_sharding) or "
-            f"annotate_custom_sharding one of them onto the other's mesh.")
+            f"{list(b)}; a computation runs on one set of devices. Move one tensor onto the "
+            f"other's mesh first: clear_sharding(t), then mark_sharding(t, mesh, spec) (its "
+            f"data moves device to device; sync() a pending result before moving it).")
     if found and sharded_everywhere:
         (ids,) = found.values()
         raise MeshMismatchError(
             f"torchspmd: one computation uses tensors sharded over all {len(everything)} "
-            f"devices and tensors on the sub-mesh {list(ids)}. Reshard one of them onto the "
-            f"other's mesh (clear_sharding + mark_sharding, or annotate_custom_sharding).")
+            f"devices and tensors on the sub-mesh {list(ids)}. Move one tensor onto the "
+            f"other's mesh first: clear_sharding(t), then mark_sharding(t, mesh, spec).")
     return next(iter(found.values()), None)
 
 

@@ -14,8 +14,9 @@ import numpy as np
 
 from torchspmd.lazy.node import TENSOR, ScalarSlot, TensorMeta
 from torchspmd.lowering import LOWERINGS, RANDOM_OPS
-from torchspmd.lowering.annotations import SHARD_TO_FULL
+from torchspmd.lowering.annotations import SHARD_TO_FULL, SHARDING_CONSTRAINT
 from torchspmd.lowering.dtypes import to_jax_dtype
+from torchspmd.runtime import transfer
 from torchspmd.runtime.graph import Graph
 from torchspmd.runtime.manual import check_region, manual_steps, run_region
 from torchspmd.runtime.metrics import COUNTERS
@@ -36,7 +37,11 @@ class Program:
         self.scalar_kinds = [kind for kinds in self.step_kinds for kind in kinds]
         self.manual = manual_steps(self.steps)
         check_region(self.steps, self.manual, self.roots)
-        self.jitted = jax.jit(self._replay)
+        # A graph that reads no data and names no sharding (factory ops only) would run
+        # on JAX's default device alone; unsharded data lives replicated on every device.
+        placed = bool(graph.leaves) or any(sig.op is SHARDING_CONSTRAINT for sig, _ in self.steps)
+        self.jitted = (jax.jit(self._replay) if placed else
+                       jax.jit(self._replay, out_shardings=transfer.replicated()))
         self.compiled_once = False
         self._last_args = None  # abstract arguments of the latest run, for optimized_hlo()
 

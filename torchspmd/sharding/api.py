@@ -79,7 +79,7 @@ def mark_sharding(t: torch.Tensor | XLAShardedTensor, mesh: Mesh,
 def _mark_data(t: SpmdTensor, value: state.Value, sharding, text: str) -> None:
     """mark_sharding on host or device data (spec §4.2)."""
     existing = state.current_text(t)
-    if existing == text:
+    if existing == text and _same_devices(state.jax_sharding_of(value), sharding):
         return
     if existing not in ("", REPLICATED_TEXT):
         raise RuntimeError(
@@ -87,6 +87,11 @@ def _mark_data(t: SpmdTensor, value: state.Value, sharding, text: str) -> None:
             "Call clear_sharding(t) first, or reshard in the graph with "
             "annotate_custom_sharding(t, mesh, partition_spec).")
     state.replace_leaf(t, value, sharding)
+
+
+def _same_devices(a, b) -> bool:
+    """Whether shardings ``a`` and ``b`` span the same devices ('{replicated}' names none)."""
+    return a is not None and a.device_set == b.device_set
 
 
 def annotate_custom_sharding(t: torch.Tensor | XLAShardedTensor, mesh: Mesh,
