@@ -18,7 +18,7 @@ from torchspmd.device.tensor import SpmdTensor
 from torchspmd.lazy.annotation import annotation, sharded_value
 from torchspmd.lazy.handle import Handle
 from torchspmd.lazy.node import TENSOR, Node, ScalarSlot
-from torchspmd.lazy.record import leaf_signature, meta_of, record, record_unary
+from torchspmd.lazy.record import freeze, leaf_signature, meta_of, record, record_unary
 from torchspmd.lowering.annotations import SHARDING_CONSTRAINT
 from torchspmd.lazy.shapes import signature
 from torchspmd.lazy.schema import (SCALAR, SCALARS, STATIC, TENSORS, functional_variant,
@@ -121,7 +121,7 @@ def _slot(arg, kind, inputs, metas, scalars):
         metas.append(handle.meta)
         return TENSOR
     if kind == STATIC:
-        return tuple(arg) if isinstance(arg, list) else arg
+        return freeze(arg)
     if kind == TENSORS or kind == SCALARS:
         return tuple(_slot(a, KIND_TENSOR if kind == TENSORS else SCALAR, inputs, metas, scalars)
                      for a in arg)

@@ -53,6 +53,26 @@ class _TensorSlot:
 TENSOR = _TensorSlot()
 
 
+class StaticFloat(float):
+    """A float static argument, never equal to an int of the same value in cache keys.
+
+    Python has ``1 == 1.0 == True`` with equal hashes, but ``arange(0, 3, 1)`` is int64
+    and ``arange(0., 3., 1.)`` float32: templates must tell them apart. Compared by bits,
+    so a NaN argument still finds its cache entry.
+    """
+
+    __slots__ = ()
+
+    def __eq__(self, other) -> bool:
+        return type(other) is StaticFloat and float.hex(self) == float.hex(other)
+
+    def __ne__(self, other) -> bool:
+        return not self.__eq__(other)
+
+    def __hash__(self) -> int:
+        return hash((StaticFloat, float.hex(self)))
+
+
 @dataclass(frozen=True, slots=True)
 class ScalarSlot:
     """A Python number that is a graph input (its value may change without recompiling)."""

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from torchspmd.lazy.node import TENSOR, Node, Signature, TensorMeta
+from torchspmd.lazy.node import TENSOR, Node, Signature, StaticFloat, TensorMeta
 from torchspmd.lazy.shapes import signature
 
 
@@ -27,7 +27,10 @@ def leaf_signature(meta: TensorMeta) -> Signature:
 
 
 def freeze(arg):
-    """A hashable template entry for a static argument (lists become tuples)."""
+    """A hashable template entry for a static argument (lists become tuples, floats
+    :class:`StaticFloat` so that ``1.0`` and ``1`` key different signatures)."""
+    if type(arg) is float:
+        return StaticFloat(arg)
     return tuple(freeze(a) for a in arg) if isinstance(arg, (list, tuple)) else arg
 
 
