@@ -21,32 +21,14 @@ import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 
 import torchspmd as xs  # noqa: E402
-from torchspmd.testing.models import MLP  # noqa: E402
-
-
-def fsdp(p: torch.Tensor) -> tuple:
-    """Shard a parameter's largest dim over 'fsdp'; replicate the rest."""
-    largest = list(p.shape).index(max(p.shape))
-    return tuple("fsdp" if d == largest else None for d in range(p.dim()))
+from torchspmd.parallel.fsdp import fsdp_partition_spec  # noqa: E402
+from torchspmd.testing.models import MLP, adamw_reference_losses  # noqa: E402
 
 
 def batches(seed: int, steps: int, d_in: int, d_out: int, batch: int = 16):
     g = torch.Generator().manual_seed(seed)
     return [(torch.randn(batch, d_in, generator=g), torch.randn(batch, d_out, generator=g))
             for _ in range(steps)]
-
-
-def train_cpu(model, data) -> list[float]:
-    model = copy.deepcopy(model)
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
-    losses = []
-    for x, y in data:
-        opt.zero_grad()
-        loss = F.mse_loss(model(x), y)
-        loss.backward()
-        opt.step()
-        losses.append(loss.item())
-    return losses
 
 
 def main(argv=None) -> dict:
@@ -70,7 +52,7 @@ def main(argv=None) -> dict:
     for name, model in models.items():
         m = copy.deepcopy(model).to(xs.device())
         for p in m.parameters():
-            xs.mark_sharding(p, meshes[name], fsdp(p))
+            xs.mark_sharding(p, meshes[name], fsdp_partition_spec(p, shard_maximal=True))
         trainers[name] = (m, torch.optim.AdamW(m.parameters(), lr=1e-2))
 
     losses = {"A": [], "B": []}
@@ -89,7 +71,7 @@ def main(argv=None) -> dict:
         for name, loss in step_losses.items():
             losses[name].append(loss.item())
 
-    cpu = {name: train_cpu(models[name], data[name]) for name in models}
+    cpu = {name: adamw_reference_losses(models[name], data[name]) for name in models}
     print(f"model A on devices {meshes['A'].device_ids.tolist()}, "
           f"model B on devices {meshes['B'].device_ids.tolist()}")
     print(f"{'step':>4}  {'A spmd':>9}  {'A cpu':>9}  {'B spmd':>9}  {'B cpu':>9}")

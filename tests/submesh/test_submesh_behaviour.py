@@ -22,7 +22,7 @@ from tests.submesh import _no_pending_work_from_earlier_tests, devices_of  # noq
 from torchspmd.runtime.placement import MeshMismatchError
 from torchspmd.sharding import (Mesh, annotate_custom_sharding, clear_sharding, get_sharding,
                                 mark_sharding)
-from torchspmd.testing.models import MLP
+from torchspmd.testing.models import MLP, adamw_reference_losses
 
 N = 8
 ALL = set(range(N))
@@ -324,19 +324,6 @@ def _data(seed: int, d_in: int, d_out: int):
             for _ in range(STEPS)]
 
 
-def _cpu_losses(model, data) -> list[float]:
-    model = copy.deepcopy(model)
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
-    losses = []
-    for x, y in data:
-        opt.zero_grad()
-        loss = F.mse_loss(model(x), y)
-        loss.backward()
-        opt.step()
-        losses.append(loss.item())
-    return losses
-
-
 @pytest.mark.parametrize("syncs", ["one_sync_per_step", "sync_per_model"])
 def test_two_mlps_train_at_once_on_two_sub_meshes(syncs):
     torch.manual_seed(0)
@@ -370,7 +357,7 @@ def test_two_mlps_train_at_once_on_two_sub_meshes(syncs):
             losses[name].append(loss.item())
         compiled.append(torchspmd.metrics()["graphs_compiled"])
     for name, model in models.items():
-        np.testing.assert_allclose(losses[name], _cpu_losses(model, data[name]), rtol=1e-4)
+        np.testing.assert_allclose(losses[name], adamw_reference_losses(model, data[name]), rtol=1e-4)
         for p in setups[name][0].parameters():
             assert devices_of(p) == ids(meshes[name])
     assert compiled[-1] == compiled[2], f"recompiled after step 3: {compiled}"

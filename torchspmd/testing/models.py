@@ -100,3 +100,22 @@ def train(model: nn.Module, data, steps: int, device, loss_fn=lm_loss, lr=1e-2,
         if on_step is not None:
             on_step(step)
     return losses
+
+
+def adamw_reference_losses(model: nn.Module, data, lr: float = 1e-2) -> list[float]:
+    """MSE losses of a copy of ``model`` trained on CPU with plain AdamW over ``data``.
+
+    The reference curve sharded runs are compared with. Example::
+
+        cpu = adamw_reference_losses(MLP(), [(torch.randn(8, 16), torch.randn(8, 4))])
+    """
+    model = copy.deepcopy(model)
+    opt = torch.optim.AdamW(model.parameters(), lr=lr)
+    losses = []
+    for x, y in data:
+        opt.zero_grad()
+        loss = F.mse_loss(model(x), y)
+        loss.backward()
+        opt.step()
+        losses.append(loss.item())
+    return losses
