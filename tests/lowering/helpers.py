@@ -61,3 +61,21 @@ def check_lowering(op, *args, atol=1e-5, rtol=1e-5, **kwargs):
         assert a.dtype == e.dtype, (op, a.dtype, e.dtype)
         assert a.shape == e.shape, (op, a.shape, e.shape)
         torch.testing.assert_close(a, e, atol=atol, rtol=rtol, equal_nan=True)
+
+
+def samplers(seed: int):
+    """``randn(*shape, dtype=)``, ``randint(*shape, lo=, hi=, dtype=)`` and
+    ``uniform(lo, hi, *shape)`` drawing from one generator seeded with ``seed``, so a test
+    module's inputs are reproducible."""
+    g = torch.Generator().manual_seed(seed)
+
+    def randn(*shape, dtype=torch.float32):
+        return torch.randn(*shape, generator=g).to(dtype)
+
+    def randint(*shape, lo=-5, hi=6, dtype=torch.int64):
+        return torch.randint(lo, hi, shape, generator=g, dtype=dtype)
+
+    def uniform(lo, hi, *shape):
+        return torch.rand(*shape, generator=g) * (hi - lo) + lo
+
+    return randn, randint, uniform

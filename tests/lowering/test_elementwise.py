@@ -6,24 +6,14 @@ import numpy as np
 import pytest
 import torch
 
-from tests.lowering.helpers import check_lowering, run_lowering, to_jax
+from tests.lowering.helpers import check_lowering, run_lowering, samplers, to_jax
 from torchspmd.lowering.registry import LOWERINGS
 
 aten = torch.ops.aten
 nan, inf = float("nan"), float("inf")
-_g = torch.Generator().manual_seed(0)
+randn, randint, uniform = samplers(0)
 
 
-def randn(*shape, dtype=torch.float32):
-    return torch.randn(*shape, generator=_g).to(dtype)
-
-
-def randint(*shape, lo=-5, hi=6, dtype=torch.int64):
-    return torch.randint(lo, hi, shape, generator=_g, dtype=dtype)
-
-
-def uniform(lo, hi, *shape):
-    return torch.rand(*shape, generator=_g) * (hi - lo) + lo
 
 
 def _meta(shape, dtype):

@@ -6,20 +6,12 @@ import numpy as np
 import pytest
 import torch
 
-from tests.lowering.helpers import check_lowering, to_jax
+from tests.lowering.helpers import check_lowering, samplers, to_jax
 from tests.lowering.test_elementwise import EAGER, jitted_lowerings  # noqa: F401  (autouse fixture)
 
 aten = torch.ops.aten
 nan, inf = float("nan"), float("inf")
-_g = torch.Generator().manual_seed(1)
-
-
-def randn(*shape, dtype=torch.float32):
-    return torch.randn(*shape, generator=_g).to(dtype)
-
-
-def randint(*shape, lo=-5, hi=6, dtype=torch.int64):
-    return torch.randint(lo, hi, shape, generator=_g, dtype=dtype)
+randn, randint, _ = samplers(1)
 
 
 X = randn(2, 3, 4)
