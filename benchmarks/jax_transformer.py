@@ -111,11 +111,15 @@ def adamw_update(params, grads, state, lr, weight_decay, betas=(0.9, 0.999), eps
     return new_p, {"step": step, "exp_avg": new_m, "exp_avg_sq": new_v}
 
 
-def make_train_step(heads: int, weight_decay: float):
+def make_train_step(heads: int, weight_decay: float, out_shardings=None):
     """The whole step (forward, backward, AdamW) as one jitted function.
 
     ``lr`` is an argument, so the decaying schedule does not recompile; params and
     optimizer state are donated, as an in-place update on an accelerator would be.
+    ``out_shardings`` (optional, ``(params, opt_state, loss)`` shardings) keeps a sharded
+    state in the layout it came in with: otherwise XLA may hand it back in an equivalent
+    but differently spelled sharding (``P('data', None)`` as ``P('data')``), and the
+    second call compiles again. Everything inside the step still propagates freely.
     """
 
     def train_step(params, opt_state, x, y, lr):
@@ -123,7 +127,9 @@ def make_train_step(heads: int, weight_decay: float):
         params, opt_state = adamw_update(params, grads, opt_state, lr, weight_decay)
         return params, opt_state, loss
 
-    return jax.jit(train_step, donate_argnums=(0, 1))
+    if out_shardings is None:
+        return jax.jit(train_step, donate_argnums=(0, 1))
+    return jax.jit(train_step, donate_argnums=(0, 1), out_shardings=out_shardings)
 
 
 def as_lr(lr: float) -> jax.Array:

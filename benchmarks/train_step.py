@@ -10,6 +10,7 @@ the loss back to the host every step.
 
     python benchmarks/train_step.py [--steps 50] [--warmup 5] [--batch 8] [--seq 64]
         [--dim 128] [--layers 2] [--heads 4] [--vocab 256] [--profile N]
+        [--mesh AxB --strategy {dp,fsdp,tp,fsdp+tp}]
 
 Prints the median step time of each side, their ratio (target <= 1.2 on one device),
 tracing time per step, compiles after warm-up (must be 0), peak host memory, and the
@@ -17,19 +18,52 @@ first losses side by side (must agree within 1e-4 relative). Exits non-zero when
 losses disagree or torchspmd compiles after warm-up. ``--profile N`` adds torchspmd's N
 heaviest functions per timed step (cProfile, compiles excluded).
 
-Where a sharded mode goes: ``place_torch`` / ``place_jax`` put the model on the devices
-(``mark_sharding`` there, the same ``NamedSharding`` per state_dict name here); the
-trainers, the interleaved timing and the report do not change.
+``--mesh AxB`` runs both sides on A*B CPU devices (``TORCHSPMD_CPU_DEVICES``), on a
+``('data', 'model')`` mesh. ``--strategy`` (default ``fsdp+tp``) picks the parameter
+layouts of ``examples/gpt.py``'s ``param_spec``, adapted to TinyTransformer's names:
+``dp`` replicates; ``tp`` splits ``qkv``/``up`` column-wise (output features) and
+``proj``/``down`` row-wise (input features) over ``'model'``; ``fsdp`` splits each
+parameter's largest dim over both axes; ``fsdp+tp`` does the Megatron split, then the
+largest free dim over ``'data'``. The batch goes over ``'data'`` (``tp``, ``fsdp+tp``) or
+over both axes (``dp``, ``fsdp``), as ``gpt.batch_spec``. torchspmd marks its parameters
+and batch with ``mark_sharding``; JAX gets the very same ``NamedSharding`` per
+state_dict name (parameters, both AdamW moments and the batch) and its jit propagates
+from there. The report adds the collectives of torchspmd's step graph (and of JAX's).
 """
 
 from __future__ import annotations
 
 import os
+import sys
 
 # "On one device": torchspmd gives JAX this many CPU devices, and unsharded data is
 # replicated over all of them, so with the default of 8 every op would run 8 times.
-# Must be set before torchspmd (or jax) is imported.
-os.environ.setdefault("TORCHSPMD_CPU_DEVICES", "1")
+# Must be set before torchspmd (or jax) is imported. With --mesh AxB (read here, before
+# argparse runs) it is A*B devices instead.
+
+
+def _mesh_from_argv(argv) -> tuple[int, int] | None:
+    """``(A, B)`` of ``--mesh AxB`` / ``--mesh=AxB`` in ``argv``, else None."""
+    for i, arg in enumerate(argv):
+        value = None
+        if arg == "--mesh" and i + 1 < len(argv):
+            value = argv[i + 1]
+        elif arg.startswith("--mesh="):
+            value = arg.split("=", 1)[1]
+        if value is not None:
+            try:
+                a, b = (int(s) for s in value.lower().split("x"))
+            except ValueError:
+                return None  # argparse reports it
+            return a, b
+    return None
+
+
+_EARLY_MESH = _mesh_from_argv(sys.argv[1:]) if __name__ == "__main__" else None
+if _EARLY_MESH is not None:
+    os.environ["TORCHSPMD_CPU_DEVICES"] = str(_EARLY_MESH[0] * _EARLY_MESH[1])
+else:
+    os.environ.setdefault("TORCHSPMD_CPU_DEVICES", "1")
 
 import argparse  # noqa: E402
 import copy  # noqa: E402
@@ -37,13 +71,15 @@ import cProfile  # noqa: E402
 import pstats  # noqa: E402
 import resource  # noqa: E402
 import statistics  # noqa: E402
-import sys  # noqa: E402
 import time  # noqa: E402
 
 import jax  # noqa: E402
 import torch  # noqa: E402
 
 import torchspmd  # noqa: E402
+from torchspmd.debug.hlo import collectives  # noqa: E402
+from torchspmd.runtime.execute import last_program  # noqa: E402
+from torchspmd.sharding.partition_spec import named_sharding  # noqa: E402
 from torchspmd.testing.models import TinyTransformer, batches, lm_loss  # noqa: E402
 
 # The JAX model is this script's sibling; benchmarks/ is no package (python -m cProfile
@@ -55,6 +91,9 @@ BASE_LR = 1e-2  # as torchspmd.testing.models.train
 WEIGHT_DECAY = 0.1
 LOSS_RTOL = 1e-4
 LOSSES_COMPARED = 5
+
+STRATEGIES = ("dp", "fsdp", "tp", "fsdp+tp")
+AXES = ("data", "model")  # the batch axis and the tensor-parallel axis
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -71,7 +110,22 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--profile", type=int, default=0, metavar="N",
                         help="cProfile torchspmd's timed steps and print its own N "
                              "heaviest functions per step (times are then inflated)")
-    return parser.parse_args(argv)
+    parser.add_argument("--mesh", default=None, metavar="AxB",
+                        help="shard over A ('data') x B ('model') CPU devices")
+    parser.add_argument("--strategy", default="fsdp+tp", choices=STRATEGIES,
+                        help="parameter layouts with --mesh (as examples/gpt.py)")
+    args = parser.parse_args(argv)
+    args.mesh_shape = None
+    if args.mesh is not None:
+        shape = _mesh_from_argv(["--mesh", args.mesh])
+        if shape is None or min(shape) < 1:
+            parser.error(f"--mesh {args.mesh}: expected AxB, e.g. 4x2")
+        if shape[0] * shape[1] != jax.device_count():
+            parser.error(f"--mesh {args.mesh} needs {shape[0] * shape[1]} devices, JAX has "
+                         f"{jax.device_count()} (TORCHSPMD_CPU_DEVICES is read at import: "
+                         f"run the script, not main(), with --mesh)")
+        args.mesh_shape = shape
+    return args
 
 
 def build_model(args) -> TinyTransformer:
@@ -85,21 +139,80 @@ def lr_at(step: int, total: int) -> float:
     return BASE_LR * (1 - step / (2 * total))
 
 
+# --- layouts (examples/gpt.py's param_spec / batch_spec, TinyTransformer's names) -----
+
+# Megatron-LM: the first matmul of a pair splits its output features (column parallel),
+# the second its input features (row parallel), so the pair needs one all-reduce.
+_COLUMN = (".qkv", ".up")
+_ROW = (".proj", ".down")
+
+
+def param_spec(name: str, shape: tuple, strategy: str) -> tuple:
+    """Partition spec of state_dict entry ``name`` (of ``shape``) on a ('data','model') mesh.
+
+    >>> param_spec("blocks.0.qkv.weight", (384, 128), "fsdp+tp")
+    ('model', 'data')
+    >>> param_spec("blocks.0.down.weight", (128, 512), "tp")
+    (None, 'model')
+    """
+    if strategy not in STRATEGIES:
+        raise ValueError(f"unknown strategy {strategy!r}; choose from {STRATEGIES}")
+    spec: list = [None] * len(shape)
+    if "tp" in strategy and name.startswith("blocks."):
+        module = name.rsplit(".", 1)[0]
+        if module.endswith(_COLUMN):
+            spec[0] = "model"  # weight rows = output features; the bias follows them
+        elif module.endswith(_ROW) and name.endswith(".weight"):
+            spec[1] = "model"  # weight columns = input features; the bias stays replicated
+    if strategy in ("fsdp", "fsdp+tp"):
+        # FSDPv2: the largest dim that is still unsplit, over every device (fsdp) or
+        # over 'data' (fsdp+tp).
+        free = [d for d in range(len(shape)) if spec[d] is None]
+        if free:
+            largest = max(free, key=lambda d: (shape[d], -d))
+            spec[largest] = AXES if strategy == "fsdp" else "data"
+    return tuple(spec)
+
+
+def batch_spec(strategy: str) -> tuple:
+    """Over every device unless 'model' holds TP shards (then over 'data')."""
+    return ("data", None) if "tp" in strategy else (AXES, None)
+
+
+class Layout:
+    """A mesh and a strategy: the partition spec of every parameter and of the batch."""
+
+    def __init__(self, shape: tuple[int, int], strategy: str):
+        self.strategy = strategy
+        self.mesh = torchspmd.Mesh(range(shape[0] * shape[1]), shape, AXES)
+        self.batch = batch_spec(strategy)
+
+    def spec(self, name: str, shape) -> tuple:
+        return param_spec(name, tuple(shape), self.strategy)
+
+    def jax_sharding(self, name: str, shape):
+        return named_sharding(self.mesh, self.spec(name, shape))
+
+
 # --- torchspmd side ------------------------------------------------------------------
 
-def place_torch(model: TinyTransformer) -> TinyTransformer:
-    """The module on the spmd device. A sharded mode marks the parameters here."""
-    return model.to(torchspmd.device())
+def place_torch(model: TinyTransformer, layout: Layout | None = None) -> TinyTransformer:
+    """The module on the spmd device, each parameter marked with its layout's spec."""
+    model = model.to(torchspmd.device())
+    if layout is not None:
+        for name, p in model.named_parameters():
+            torchspmd.mark_sharding(p, layout.mesh, layout.spec(name, p.shape))
+    return model
 
 
-def torchspmd_trainer(model: TinyTransformer, total: int):
+def torchspmd_trainer(model: TinyTransformer, total: int, layout: Layout | None = None):
     """``step(i, x, y) -> loss``: one traced, synced and waited-for training step.
 
     The returned function records per-step phases in ``step.phases``: seconds in user
     code while tracing, in ``sync()`` (host work: graph collection, launch), and waiting
     for the device and reading the loss.
     """
-    model = place_torch(copy.deepcopy(model))
+    model = place_torch(copy.deepcopy(model), layout)
     opt = torch.optim.AdamW(model.parameters(), lr=BASE_LR, weight_decay=WEIGHT_DECAY)
     device = torchspmd.device()
     phases: list[tuple[float, float, float]] = []
@@ -109,6 +222,9 @@ def torchspmd_trainer(model: TinyTransformer, total: int):
         for group in opt.param_groups:
             group["lr"] = lr_at(i, total)
         x, y = x.to(device), y.to(device)
+        if layout is not None:
+            torchspmd.mark_sharding(x, layout.mesh, layout.batch)
+            torchspmd.mark_sharding(y, layout.mesh, layout.batch)
         opt.zero_grad()
         loss = lm_loss(model, x, y)
         loss.backward()
@@ -116,41 +232,73 @@ def torchspmd_trainer(model: TinyTransformer, total: int):
         traced = time.perf_counter()
         torchspmd.sync()
         launched = time.perf_counter()
+        step.program = last_program()  # the step's graph, for its collectives
         torchspmd.wait_device_ops()
         value = loss.item()
         phases.append((traced - start, launched - traced, time.perf_counter() - launched))
         return value
 
     step.phases = phases
+    step.program = None
     return step
 
 
 # --- JAX side ------------------------------------------------------------------------
 
-def place_jax(tree: dict) -> dict:
-    """Parameters (or optimizer state) on JAX's device, committed, as the step's outputs
-    will be (an uncommitted input would make the second call compile again). A sharded
-    mode gives each leaf its NamedSharding here."""
-    return jax.device_put(tree, jax.devices()[0])
+def place_jax(tree: dict, layout: Layout | None = None) -> dict:
+    """Parameters (or one AdamW moment), keyed by state_dict name, on JAX's devices,
+    committed, as the step's outputs will be (an uncommitted input would make the second
+    call compile again); with a layout, each leaf gets its name's NamedSharding."""
+    if layout is None:
+        return jax.device_put(tree, jax.devices()[0])
+    return {name: jax.device_put(v, layout.jax_sharding(name, v.shape))
+            for name, v in tree.items()}
 
 
-def jax_trainer(model: TinyTransformer, total: int, heads: int):
+def place_jax_opt(opt: dict, layout: Layout | None = None) -> dict:
+    """AdamW state: both moments laid out like their parameters, the step count replicated."""
+    if layout is None:
+        return place_jax(opt)
+    return {"step": jax.device_put(opt["step"], named_sharding(layout.mesh, ())),
+            "exp_avg": place_jax(opt["exp_avg"], layout),
+            "exp_avg_sq": place_jax(opt["exp_avg_sq"], layout)}
+
+
+def jax_trainer(model: TinyTransformer, total: int, heads: int, layout: Layout | None = None):
     """``step(i, x, y) -> loss`` for the pure-JAX model, from the module's own weights."""
-    params = place_jax(jt.params_from_torch(model.state_dict()))
-    state = {"params": params, "opt": place_jax(jt.adamw_init(params))}
-    train_step = jt.make_train_step(heads=heads, weight_decay=WEIGHT_DECAY)
+    params = place_jax(jt.params_from_torch(model.state_dict()), layout)
+    state = {"params": params, "opt": place_jax_opt(jt.adamw_init(params), layout)}
+    # With a layout, the updated state comes back in the layout it went in with, as a
+    # marked torchspmd tensor keeps its sharding across in-place updates.
+    out_shardings = None if layout is None else (
+        jax.tree.map(lambda a: a.sharding, (state["params"], state["opt"]))
+        + (named_sharding(layout.mesh, ()),))
+    train_step = jt.make_train_step(heads=heads, weight_decay=WEIGHT_DECAY,
+                                    out_shardings=out_shardings)
+    batch_target = (jax.devices()[0] if layout is None
+                    else named_sharding(layout.mesh, layout.batch))
 
     def step(i: int, x: torch.Tensor, y: torch.Tensor) -> float:
         # The batch goes host -> device inside the step, as x.to("spmd") does on the
-        # other side.
-        x, y = jax.device_put((x.numpy(), y.numpy()))
-        state["params"], state["opt"], loss = train_step(
-            state["params"], state["opt"], x, y, jt.as_lr(lr_at(i, total)))
+        # other side (with a layout: straight into its batch sharding).
+        x, y = jax.device_put((x.numpy(), y.numpy()), batch_target)
+        lr = jt.as_lr(lr_at(i, total))
+        step.last_args = (x, y, lr)
+        state["params"], state["opt"], loss = train_step(state["params"], state["opt"], x, y, lr)
         jax.block_until_ready((state["params"], state["opt"]))
         return float(loss)
 
     step.jitted = train_step
+    step.state = state
     return step
+
+
+def jax_collectives(jax_step) -> dict[str, int]:
+    """Collectives in JAX's compiled step (lowered again for its HLO; not timed)."""
+    x, y, lr = jax_step.last_args
+    compiled = jax_step.jitted.lower(jax_step.state["params"], jax_step.state["opt"],
+                                     x, y, lr).compile()
+    return collectives(compiled.as_text())
 
 
 # --- profile ----------------------------------------------------------------------
@@ -223,6 +371,10 @@ def check_losses(spmd: list[float], ref: list[float]) -> bool:
     return ok
 
 
+def _counts(counts: dict[str, int]) -> str:
+    return ", ".join(f"{k} {v}" for k, v in counts.items() if v) or "none"
+
+
 def report(results: dict, spmd_step, steps: int) -> bool:
     t_spmd, t_jax = (statistics.median(results[k]["times"]) for k in ("torchspmd", "jax"))
     # The fastest step too: on a shared machine it is the least disturbed one.
@@ -232,6 +384,10 @@ def report(results: dict, spmd_step, steps: int) -> bool:
     user, launch, wait = (statistics.median(p[k] for p in timed_phases) for k in range(3))
     compiles = counters["graphs_compiled"]
     print(f"devices: {jax.device_count()} x {jax.devices()[0].platform}")
+    if results.get("layout") is not None:
+        layout = results["layout"]
+        print(f"mesh {dict(layout.mesh.shape())}, strategy {layout.strategy}, "
+              f"batch spec {layout.batch}")
     print(f"torchspmd step: {t_spmd * 1e3:8.2f} ms (median of {steps}; fastest "
           f"{m_spmd * 1e3:.2f} ms)")
     print(f"JAX step:       {t_jax * 1e3:8.2f} ms (fastest {m_jax * 1e3:.2f} ms)")
@@ -246,6 +402,9 @@ def report(results: dict, spmd_step, steps: int) -> bool:
           f"JAX jit cache size {results['jax_cache_size']}")
     print(f"peak host memory (ru_maxrss, whole process): {peak_rss_mib():.0f} MiB "
           f"({results['rss_before_mib']:.0f} MiB before the first step)")
+    if results.get("layout") is not None:
+        print(f"collectives per step: torchspmd {_counts(results['spmd_collectives'])}; "
+              f"JAX {_counts(results['jax_collectives'])}")
     ok = check_losses(results["torchspmd"]["losses"], results["jax"]["losses"])
     return ok and compiles == 0
 
@@ -257,8 +416,9 @@ def main(argv=None) -> int:
     total = args.warmup + args.steps
     model = build_model(args)
     data = batches(args.vocab, args.seq, args.batch, steps=total)
-    spmd_step = torchspmd_trainer(model, total)
-    jax_step = jax_trainer(model, total, args.heads)
+    layout = Layout(args.mesh_shape, args.strategy) if args.mesh_shape else None
+    spmd_step = torchspmd_trainer(model, total, layout)
+    jax_step = jax_trainer(model, total, args.heads, layout)
     print(f"TinyTransformer vocab={args.vocab} dim={args.dim} layers={args.layers} "
           f"heads={args.heads} seq={args.seq} batch={args.batch}; "
           f"{args.warmup} warm-up + {args.steps} timed steps")
@@ -269,6 +429,10 @@ def main(argv=None) -> int:
                               args.warmup, args.steps)
     results["jax_cache_size"] = jax_step.jitted._cache_size()
     results["rss_before_mib"] = rss_before
+    results["layout"] = layout
+    if layout is not None:
+        results["spmd_collectives"] = collectives(spmd_step.program.optimized_hlo())
+        results["jax_collectives"] = jax_collectives(jax_step)
     ok = report(results, spmd_step, args.steps)
     if profiler:
         print_profile(profiler, args.steps, args.profile)

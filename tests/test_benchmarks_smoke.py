@@ -21,3 +21,16 @@ def test_train_step_benchmark_runs_and_matches_jax():
     assert "ratio torchspmd / JAX:" in out, out
     assert "loss check: PASS" in out, out
     assert "compiles after warm-up: torchspmd 0 " in out, out
+
+
+def test_train_step_benchmark_sharded_matches_jax():
+    # --mesh sets TORCHSPMD_CPU_DEVICES itself (A*B), over any outer value.
+    proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "train_step.py"), *TINY,
+                           "--mesh", "2x2", "--strategy", "fsdp+tp"],
+                          cwd=ROOT, capture_output=True, text=True, timeout=300)
+    out = proc.stdout
+    assert proc.returncode == 0, out + proc.stderr
+    assert "mesh {'data': 2, 'model': 2}, strategy fsdp+tp" in out, out
+    assert "collectives per step: torchspmd " in out, out
+    assert "loss check: PASS" in out, out
+    assert "compiles after warm-up: torchspmd 0 " in out, out
