@@ -16,8 +16,9 @@ from torchspmd.runtime.program import Program
 _PROGRAMS: dict[tuple, Program] = {}
 # The latest program run, for debug.last_hlo() / debug.collectives().
 _LAST: list[Program] = []
-# Outputs of runs not yet waited for, so wait_device_ops() can block on them.
-_IN_FLIGHT: list = []
+# The latest run's outputs per device set: a device runs programs in order, so waiting
+# for these waits for everything before them (and holds no older step's buffers).
+_IN_FLIGHT: dict[frozenset, list] = {}
 
 
 def sync(wait: bool = False) -> None:
@@ -124,7 +125,9 @@ def execute(roots: list[Node], wanted: dict | None = None) -> None:
         for i, a in zip(indices, arrays):
             full[i] = a
         root.materialized(full)
-    _IN_FLIGHT.extend(a for arrays in outputs for a in arrays)
+    produced = [a for arrays in outputs for a in arrays]
+    if produced:
+        _IN_FLIGHT[frozenset(d.id for d in produced[0].sharding.device_set)] = produced
 
 
 def _placed_inputs(graph) -> list[jax.Array]:
@@ -148,7 +151,7 @@ def upload_leaf(leaf: Node, sharding=None) -> None:
 
 def wait_device_ops() -> None:
     """Block until every computation started so far has finished."""
-    jax.block_until_ready(_IN_FLIGHT)
+    jax.block_until_ready([a for arrays in _IN_FLIGHT.values() for a in arrays])
     _IN_FLIGHT.clear()
 
 

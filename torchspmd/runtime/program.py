@@ -43,14 +43,15 @@ class Program:
         self.jitted = (jax.jit(self._replay) if placed else
                        jax.jit(self._replay, out_shardings=transfer.replicated()))
         self.compiled_once = False
-        self._last_args = None  # abstract arguments of the latest run, for optimized_hlo()
+        self._last_args = None  # the latest run's argument layouts, for optimized_hlo()
 
     def run(self, graph: Graph, leaf_arrays: list) -> list[list]:
         """Execute on ``graph``'s scalars and ``leaf_arrays``; the roots' output arrays."""
         flat = [s for n in graph.nodes for s in n.scalars]
         vectors = [np.array([s for s, k in zip(flat, self.scalar_kinds) if k is kind], dtype=dt)
                    for kind, dt in zip(_KINDS, _VECTOR_DTYPES)]
-        self._last_args = (leaf_arrays, vectors)
+        # Layouts only: holding the arrays would keep last step's buffers alive.
+        self._last_args = ([(a.shape, a.dtype, a.sharding) for a in leaf_arrays], vectors)
         start = time.perf_counter()
         outputs = self.jitted(leaf_arrays, *vectors)
         if not self.compiled_once:
@@ -62,7 +63,8 @@ class Program:
     def optimized_hlo(self) -> str:
         """XLA's optimized, partitioned HLO of the latest run (collectives are visible here)."""
         leaves, vectors = self._last_args
-        abstract = [jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=a.sharding) for a in leaves]
+        abstract = [jax.ShapeDtypeStruct(shape, dtype, sharding=sharding)
+                    for shape, dtype, sharding in leaves]
         return self.jitted.lower(abstract, *vectors).compile().as_text()
 
     def _replay(self, leaves, floats, ints, bools):
