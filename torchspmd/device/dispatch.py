@@ -17,16 +17,15 @@ from torch._decomp import core_aten_decompositions, decomposition_table
 from torchspmd.device.tensor import SpmdTensor
 from torchspmd.lazy.annotation import annotation, sharded_value
 from torchspmd.lazy.handle import Handle
-from torchspmd.lazy.node import TENSOR, Node, ScalarSlot
+from torchspmd.lazy.node import TENSOR, Node, ScalarSlot, TensorMeta
 from torchspmd.lazy.record import freeze, leaf_signature, meta_of, record, record_unary
-from torchspmd.lowering.annotations import SHARDING_CONSTRAINT
-from torchspmd.lazy.shapes import signature
 from torchspmd.lazy.schema import (SCALAR, SCALARS, STATIC, TENSORS, functional_variant,
                                    op_schema)
 from torchspmd.lazy.schema import TENSOR as KIND_TENSOR
-from torchspmd.lazy.node import TensorMeta
+from torchspmd.lazy.shapes import signature
 from torchspmd.lazy.views import view_step
 from torchspmd.lowering import LOWERINGS, RANDOM_OPS
+from torchspmd.lowering.annotations import SHARDING_CONSTRAINT
 from torchspmd.runtime import rng, transfer
 from torchspmd.runtime.execute import materialize
 from torchspmd.runtime.metrics import COUNTERS
@@ -91,7 +90,12 @@ SpmdTensor._dispatch = staticmethod(dispatch)
 
 def _record(func, args, kwargs, plan: _Plan | None = None) -> Node:
     plan = plan or _plan(func)
-    template, kw_template, inputs, metas, scalars = _flatten(plan, args, kwargs)
+    return _record_flat(func, plan, _flatten(plan, args, kwargs))
+
+
+def _record_flat(func, plan: _Plan, flat) -> Node:
+    """Record ``func`` from its flattened call (random ops get their seed here)."""
+    template, kw_template, inputs, metas, scalars = flat
     if plan.random:
         scalars.append(rng.next_seed())
     COUNTERS["ops_traced"] += 1
@@ -175,7 +179,7 @@ def _views(func, args, node: Node):
 def _host_value(t: torch.Tensor) -> tuple[Node, int]:
     """A leaf holding CPU tensor ``t`` (uploaded when first used)."""
     node = Node.from_host(transfer.to_numpy(t))
-    node.sig = leaf_signature(TensorMeta(tuple(t.shape), tuple(t.contiguous().stride()), t.dtype))
+    node.sig = leaf_signature(TensorMeta(tuple(t.shape), _contiguous_strides(t.shape), t.dtype))
     return (node, 0)
 
 
@@ -217,11 +221,8 @@ def _compute_checked(func, functional, args, kwargs, call_kwargs) -> list[tuple[
         out = _decompose(functional, args, call_kwargs)
         return [o._h.value() for o in (out if isinstance(out, (list, tuple)) else [out])]
     if call_kwargs.keys() != kwargs.keys():  # out= dropped (or dtype added)
-        template, kw_template, inputs, metas, scalars = _flatten(plan, args, call_kwargs)
-    if plan.random:
-        scalars.append(rng.next_seed())
-    COUNTERS["ops_traced"] += 1
-    node = record(functional, template, kw_template, tuple(inputs), tuple(metas), tuple(scalars))
+        flat = _flatten(plan, args, call_kwargs)
+    node = _record_flat(functional, plan, flat)
     return [(node, i) for i in range(len(node.sig.outputs))]
 
 
