@@ -12,7 +12,7 @@ from __future__ import annotations
 import jax
 import numpy as np
 
-from torchspmd.jax_setup import devices
+from torchspmd.jax_setup import device_id, devices
 from torchspmd.runtime import transfer
 
 
@@ -24,8 +24,8 @@ def device_ids(sharding: jax.sharding.Sharding) -> tuple[int, ...]:
     """The sharding's devices in mesh order (a ``NamedSharding``), else in id order."""
     mesh = getattr(sharding, "mesh", None)
     if mesh is not None and hasattr(mesh, "devices"):
-        return tuple(int(d.id) for d in np.asarray(mesh.devices).flat)
-    return tuple(int(d.id) for d in sharding._device_assignment)
+        return tuple(device_id(d) for d in np.asarray(mesh.devices).flat)
+    return tuple(device_id(d) for d in sharding._device_assignment)
 
 
 def target_devices(arrays: list[jax.Array], constraints: list) -> tuple[int, ...] | None:
@@ -75,8 +75,7 @@ def restrict(array: jax.Array, ids: tuple[int, ...]) -> jax.Array:
         raise MeshMismatchError(
             f"torchspmd: a tensor sharded as {array.sharding} cannot join a computation on "
             f"devices {list(ids)}; reshard it onto that mesh first (mark_sharding).")
-    by_device = {s.device.id: s.data for s in array.addressable_shards}
-    if not all(i in by_device for i in ids):
-        return jax.device_put(array, replicated_on(ids))
-    return jax.make_array_from_single_device_arrays(
-        array.shape, replicated_on(ids), [by_device[i] for i in ids])
+    target = replicated_on(ids)
+    if target.device_set <= array.sharding.device_set:
+        return transfer.restricted(array, target._device_assignment)
+    return transfer.reshard(array, target)

@@ -1,4 +1,14 @@
-"""Host <-> device copies, bit-exact for every dtype, with byte counters."""
+"""Host <-> device copies, bit-exact for every dtype, with byte counters.
+
+With several processes, a process can only touch its own (addressable) devices:
+
+- host data enters shard by shard: every process passes the same whole value and
+  uploads only the shards of its devices (:func:`upload`), or passes its own slice of
+  a batch (:func:`upload_process_local`);
+- reading a value that other processes hold is a collective (:func:`download`): every
+  process must call it, in the same order, or the ones that do wait for the others;
+- data moves between device sets only inside one program (:func:`reshard`).
+"""
 
 from __future__ import annotations
 
@@ -8,6 +18,7 @@ import jax
 import ml_dtypes
 import numpy as np
 import torch
+from jax.sharding import NamedSharding, PartitionSpec
 
 from torchspmd.jax_setup import devices
 from torchspmd.runtime.metrics import COUNTERS
@@ -47,14 +58,191 @@ def replicated_on(ids: tuple[int, ...]) -> jax.sharding.Sharding:
 
 
 def upload(host: np.ndarray, sharding: jax.sharding.Sharding | None = None) -> jax.Array:
-    """Put ``host`` on the devices: each device receives only its own shard."""
-    array = jax.device_put(host, sharding or replicated())
+    """Put ``host`` (the same whole value in every process) on the devices.
+
+    Each device receives only its own shard, and each process sends only the shards of
+    its own devices.
+    """
+    sharding = sharding or replicated()
+    array = jax.make_array_from_callback(host.shape, sharding,
+                                         lambda index: np.asarray(host[index]), dtype=host.dtype)
+    COUNTERS["bytes_to_device"] += sum(s.data.nbytes for s in array.addressable_shards)
+    return array
+
+
+def upload_process_local(local: np.ndarray, sharding: jax.sharding.Sharding,
+                         global_shape: tuple[int, ...]) -> jax.Array:
+    """A ``global_shape`` array laid out as ``sharding`` from this process's slice ``local``.
+
+    The slice is what this process's devices hold along the dims the sharding splits
+    across processes (e.g. a data loader's share of the global batch); in one process
+    it is the whole value.
+    """
+    array = jax.make_array_from_process_local_data(sharding, local, global_shape)
     COUNTERS["bytes_to_device"] += sum(s.data.nbytes for s in array.addressable_shards)
     return array
 
 
 def download(array: jax.Array) -> np.ndarray:
-    """The full value of ``array`` on the host."""
+    """The full value of ``array`` on the host, in every process.
+
+    With several processes this is a collective that every process must join (the
+    data may live on other processes' devices), except for a replicated value that
+    every process holds a copy of, which is read locally.
+    """
+    if jax.process_count() == 1:
+        host = np.asarray(array)
+    else:
+        host = _gather(array)
+    COUNTERS["bytes_to_host"] += host.nbytes
+    return host
+
+
+def _gather(array: jax.Array) -> np.ndarray:
+    if not array.sharding.is_fully_replicated:
+        array = _replicate(array, array.sharding._device_assignment)
+    holders = sorted({d.process_index for d in array.sharding.device_set})
+    mine = (np.asarray(array.addressable_data(0))
+            if jax.process_index() in holders else None)
+    if len(holders) == jax.process_count():
+        return mine
+    return _broadcast(mine, array.shape, array.dtype, source=holders[0])
+
+
+def _identity(x):
+    return x
+
+
+def _replicate(array: jax.Array, device_assignment) -> jax.Array:
+    """``array`` replicated over its own devices (an all-gather among them)."""
+    from jax._src.sharding_impls import GSPMDSharding
+
+    target = GSPMDSharding.get_replicated(tuple(device_assignment))
+    return jax.jit(_identity, out_shardings=target)(array)
+
+
+def _process_mesh() -> jax.sharding.Mesh:
+    grid = np.array(jax.devices()).reshape(jax.process_count(), -1)
+    return jax.sharding.Mesh(grid, ("processes", "local"))
+
+
+@functools.cache
+def _take_row(source: int):
+    """A jitted ``x[source]`` replicated everywhere: process ``source``'s row, bit-exact."""
+    everywhere = NamedSharding(_process_mesh(), PartitionSpec())
+    return jax.jit(lambda x: x[source], out_shardings=everywhere)
+
+
+def _broadcast(value: np.ndarray | None, shape, dtype, source: int) -> np.ndarray:
+    """Process ``source``'s ``value`` in every process (the others pass ``None``)."""
+    local = value if value is not None else np.zeros(shape, dtype)
+    rows = NamedSharding(_process_mesh(), PartitionSpec("processes"))
+    stacked = jax.make_array_from_process_local_data(
+        rows, np.asarray(local)[None], (jax.process_count(), *shape))
+    return np.asarray(_take_row(source)(stacked).addressable_data(0))
+
+
+def addressable_buffers(array: jax.Array) -> dict[jax.Device, jax.Array]:
+    """This process's per-device buffers of ``array``."""
+    return {s.device: s.data for s in array.addressable_shards}
+
+
+def reshard(array: jax.Array, sharding: jax.sharding.Sharding) -> jax.Array:
+    """``array`` laid out as ``sharding``, device to device where JAX can.
+
+    Across processes JAX moves data only within one device set. A replicated array
+    lends its local buffers to any subset of its devices; anything else moving to
+    another device set goes through the host (a collective every process joins).
+    """
+    if jax.process_count() == 1 or array.sharding.device_set == sharding.device_set:
+        return jax.device_put(array, sharding)
+    if array.sharding.is_fully_replicated and sharding.device_set <= array.sharding.device_set:
+        return jax.device_put(restricted(array, sharding._device_assignment), sharding)
+    return upload(download(array), sharding)
+
+
+def restricted(array: jax.Array, device_assignment) -> jax.Array:
+    """Replicated ``array`` as an array replicated on just ``device_assignment``.
+
+    Uses the buffers ``array`` already holds on those devices (no copy).
+    """
+    from jax._src.sharding_impls import GSPMDSharding
+
+    target = GSPMDSharding.get_replicated(tuple(device_assignment))
+    buffers = addressable_buffers(array)
+    return jax.make_array_from_single_device_arrays(
+        array.shape, target, [buffers[d] for d in target._addressable_device_assignment],
+        dtype=array.dtype)
+
+
+# --- shards: what each process holds, writes and loads ----------------------------------
+
+Region = tuple[tuple[int, int], ...]
+"""A box of a global array: one ``(start, stop)`` per dim."""
+
+
+def region(index: tuple, shape: tuple[int, ...]) -> Region:
+    """JAX's per-device index (slices, maybe open) as a :data:`Region` of ``shape``.
+
+    >>> region((slice(None), slice(2, 4)), (3, 8))
+    ((0, 3), (2, 4))
+    """
+    return tuple(s.indices(n)[:2] for s, n in zip(index, shape))
+
+
+def read_local(array: jax.Array) -> np.ndarray:
+    """A host copy of an array this process holds whole (one device's buffer); no collective."""
     host = np.asarray(array)
     COUNTERS["bytes_to_host"] += host.nbytes
     return host
+
+
+def owned_shards(array: jax.Array) -> list[tuple[Region, jax.Array]]:
+    """The distinct shards of ``array`` that this process owns, with their buffers.
+
+    Each distinct region of the array (replicas share one) is owned by the device with
+    the lowest global id holding it, so across all processes every region is listed
+    exactly once: what a checkpoint writes.
+    """
+    from torchspmd.jax_setup import device_id
+
+    shape = array.shape
+    owners: dict[Region, jax.Device] = {}
+    for device, index in sorted(array.sharding.devices_indices_map(shape).items(),
+                                key=lambda item: device_id(item[0])):
+        owners.setdefault(region(index, shape), device)
+    buffers = addressable_buffers(array)
+    return [(box, buffers[device]) for box, device in owners.items() if device in buffers]
+
+
+def local_regions(sharding: jax.sharding.Sharding, shape: tuple[int, ...]) -> list[Region]:
+    """The distinct regions this process's devices hold under ``sharding``."""
+    boxes = sharding.addressable_devices_indices_map(shape).values()
+    return list(dict.fromkeys(region(index, shape) for index in boxes))
+
+
+def assemble(shape: tuple[int, ...], sharding: jax.sharding.Sharding, dtype,
+             data_for_device) -> jax.Array:
+    """A ``shape`` array laid out as ``sharding`` from host data, each device its own.
+
+    ``data_for_device(device, region)`` returns the host data of one of this process's
+    devices; other processes pass their own devices' data.
+    """
+    by_device = {}
+    for device, index in sharding.addressable_devices_indices_map(shape).items():
+        host = np.asarray(data_for_device(device, region(index, shape)), dtype=dtype)
+        by_device[device] = jax.device_put(host, device)
+        COUNTERS["bytes_to_device"] += host.nbytes
+    return jax.make_array_from_single_device_arrays(
+        shape, sharding, [by_device[d] for d in sharding._addressable_device_assignment],
+        dtype=dtype)
+
+
+def _crop_to(shape: tuple[int, ...]):
+    return lambda x: x[tuple(slice(0, n) for n in shape)]
+
+
+def cropped(array: jax.Array, shape: tuple[int, ...],
+            sharding: jax.sharding.Sharding) -> jax.Array:
+    """The leading ``shape`` corner of ``array``, laid out as ``sharding`` (one program)."""
+    return jax.jit(_crop_to(tuple(shape)), out_shardings=sharding)(array)

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-import torchspmd.jax_setup  # noqa: F401
+from torchspmd.jax_setup import device_id  # (configures JAX before its backend starts)
 import jax
 
 from torchspmd.sharding import partition_spec as _ps
@@ -228,7 +228,7 @@ def sharding_to_hlo_text(sharding: jax.sharding.Sharding, ndim: int) -> str:
     if hlo.is_manual():
         return MANUAL_TEXT
     assignment = sharding._device_assignment
-    real_ids = [assignment[pos].id for pos in hlo.tile_assignment_devices()]
+    real_ids = [device_id(assignment[pos]) for pos in hlo.tile_assignment_devices()]
     if hlo.is_maximal():
         return f"{{maximal device={real_ids[0]}}}"
     subgroups = [t.name.lower() for t in hlo.subgroup_types()]

@@ -284,10 +284,14 @@ def get_1d_mesh(axis_name: str | None = None) -> Mesh:
 class HybridMesh(Mesh):
     """A mesh whose axes combine fast (ICI) and slow (DCN, across slices) links.
 
-    Keyword-only, as in PyTorch/XLA. The mesh shape is ``ici * dcn`` elementwise. On a
-    single slice (no device has a ``slice_index``) only an all-ones ``dcn_mesh_shape`` is
-    valid and the devices are laid out in id order (on TPU, JAX's ``mesh_utils`` picks a
-    topology-aware order instead).
+    Keyword-only, as in PyTorch/XLA. The mesh shape is ``ici * dcn`` elementwise. On TPU
+    slices (devices with a ``slice_index``) the DCN axes run across slices. Elsewhere the
+    DCN axes run across processes: with several processes, ``prod(dcn_mesh_shape)`` must
+    be the process count and ``prod(ici_mesh_shape)`` the devices per process (JAX's
+    ``create_hybrid_device_mesh(process_is_granule=True)``); an all-ones
+    ``dcn_mesh_shape`` lays all devices out in global id order. In one process only an
+    all-ones ``dcn_mesh_shape`` is valid (on TPU, JAX's ``mesh_utils`` picks a
+    topology-aware order within a slice).
 
     >>> HybridMesh(ici_mesh_shape=(2, 4), axis_names=("data", "model")).mesh_shape
     (2, 4)
@@ -309,12 +313,18 @@ class HybridMesh(Mesh):
             raise ValueError(
                 f"ici_mesh_shape {ici} and dcn_mesh_shape {dcn} must have the same length"
             )
-        devices = sorted(jax.devices(), key=lambda d: d.id)
+        devices = torchspmd.jax_setup.devices()
         multislice = getattr(devices[0], "slice_index", None) is not None
+        by_process = not multislice and jax.process_count() > 1 and math.prod(dcn) > 1
         if multislice and math.prod(dcn) == 1:
             raise ValueError("Provide dcn_mesh_shape to create a mesh for multislice")
-        if not multislice and math.prod(dcn) > 1:
+        if not multislice and jax.process_count() == 1 and math.prod(dcn) > 1:
             raise ValueError("Invalid dcn_mesh_shape for single slice mesh")
+        if by_process and math.prod(dcn) != jax.process_count():
+            raise ValueError(
+                f"dcn_mesh_shape {dcn} spans {math.prod(dcn)} processes, but there are "
+                f"{jax.process_count()}: across processes, the DCN axes are the processes"
+            )
         mesh_shape = tuple(i * d for i, d in zip(ici, dcn))
         if math.prod(mesh_shape) != len(devices):
             raise ValueError(
@@ -323,20 +333,21 @@ class HybridMesh(Mesh):
             )
         self.ici_mesh_shape = ici
         self.dcn_mesh_shape = dcn
-        super().__init__(_hybrid_device_ids(devices, ici, dcn, multislice), mesh_shape, axis_names)
+        ids = _hybrid_device_ids(devices, ici, dcn, multislice, by_process)
+        super().__init__(ids, mesh_shape, axis_names)
 
 
 def _hybrid_device_ids(
-    devices: list, ici: tuple[int, ...], dcn: tuple[int, ...], multislice: bool
+    devices: list, ici: tuple[int, ...], dcn: tuple[int, ...], multislice: bool,
+    by_process: bool
 ) -> np.ndarray:
-    if multislice:
-        from jax.experimental import mesh_utils
+    from jax.experimental import mesh_utils
 
-        grid = mesh_utils.create_hybrid_device_mesh(ici, dcn, devices)
+    if multislice or by_process:
+        grid = mesh_utils.create_hybrid_device_mesh(
+            ici, dcn, devices, process_is_granule=by_process)
     elif devices[0].platform == "tpu":
-        from jax.experimental import mesh_utils
-
         grid = mesh_utils.create_device_mesh(ici, devices)
     else:
-        return np.array([d.id for d in devices])
-    return np.vectorize(lambda d: d.id, otypes=[np.int64])(grid).reshape(-1)
+        return np.arange(len(devices))
+    return np.vectorize(torchspmd.jax_setup.device_id, otypes=[np.int64])(grid).reshape(-1)

@@ -19,6 +19,7 @@ import torch
 from torch.utils._pytree import tree_leaves, tree_map
 
 from torchspmd.device.tensor import SpmdTensor
+from torchspmd.jax_setup import device_id
 from torchspmd.lazy.record import meta_of
 from torchspmd.runtime import transfer
 from torchspmd.runtime.execute import materialize
@@ -63,7 +64,7 @@ class XLAShard:
 
 
 def _device_name(device) -> str:
-    return f"{device.platform.upper()}:{device.id}"
+    return f"{device.platform.upper()}:{device_id(device)}"
 
 
 class XLAShardedTensor(SpmdTensor):
@@ -131,18 +132,25 @@ class XLAShardedTensor(SpmdTensor):
         return array, self.sharding_spec
 
     def _layout(self, array: jax.Array, text: str) -> list[ShardInfo]:
-        order = sorted(d.id for d in array.sharding.device_set)
-        return shard_layout(text, tuple(self.shape), order)
+        """The shards of this process's devices (all of them in one process)."""
+        order = sorted(device_id(d) for d in array.sharding.device_set)
+        mine = {device_id(d) for d in array.sharding.addressable_devices}
+        return [info for info in shard_layout(text, tuple(self.shape), order)
+                if info.device_id in mine]
 
     @property
     def local_shards(self) -> list[XLAShard]:
-        """One ``XLAShard`` per device, in device id order; runs pending work first."""
+        """One ``XLAShard`` per device of this process, in device id order.
+
+        Runs pending work first. With several processes only this process's devices
+        are listed (their data is read locally: no collective).
+        """
         array, text = self._materialized()
         if not text:
             raise RuntimeError("Tensor is not sharded")
         layout = self._layout(array, text)
         buffers = self._device_buffers(array, text)
-        devices = {d.id: d for d in array.sharding.device_set}
+        devices = {device_id(d): d for d in array.sharding.device_set}
         shards = []
         for info in layout:
             data = pad_shard(buffers(info), info.padded_shape)
@@ -151,17 +159,20 @@ class XLAShardedTensor(SpmdTensor):
         return shards
 
     def _device_buffers(self, array: jax.Array, text: str):
-        """A function ShardInfo -> numpy data of that shard (unpadded)."""
+        """A function ShardInfo -> numpy data of that (local) shard, unpadded."""
+        per_device = {device_id(s.device): s.data for s in array.addressable_shards}
         if sharding_to_hlo_text(array.sharding, array.ndim) == text:
             # The buffers really are laid out as reported: read each device's own.
-            per_device = {s.device.id: s.data for s in array.addressable_shards}
-            return lambda info: transfer.download(per_device[info.device_id])
-        # An uneven annotation kept replicated (see ``state``): cut shards from the whole.
-        whole = transfer.download(array)
+            return lambda info: transfer.read_local(per_device[info.device_id])
+        # An uneven annotation kept replicated (see ``state``): cut shards from a local copy.
+        whole = transfer.read_local(next(iter(per_device.values()))) if per_device else None
         return lambda info: whole if info.indices is Ellipsis else whole[tuple(info.indices)]
 
     def load_local_shards_(self, shards: list[XLAShard]) -> None:
-        """Replace the data with ``shards`` (padded, one per device), keeping the sharding.
+        """Replace the data with ``shards`` (padded, one per local device), keeping the sharding.
+
+        With several processes each process passes the shards of its own devices, and
+        every process must call it (the new value is assembled across processes).
 
         >>> xst.load_local_shards_([XLAShard(s.data * 2, ...) for s in xst.local_shards])
         """
@@ -175,20 +186,19 @@ class XLAShardedTensor(SpmdTensor):
             raise RuntimeError(
                 "Replicated tensor should not be loaded from _load_local_shards - use copy_")
         by_device = {s.shard_device: s for s in shards}
-        devices = {d.id: _device_name(d) for d in array.sharding.device_set}
-        whole = np.zeros(tuple(self.shape), dtype=array.dtype)
+        names = {device_id(d): _device_name(d) for d in array.sharding.device_set}
+        padded: dict[int, np.ndarray] = {}
         for info in layout:
-            shard = by_device.get(devices[info.device_id])
+            shard = by_device.get(names[info.device_id])
             if shard is None:
                 raise RuntimeError("Shards must be provided for all local devices")
             _check_padded(shard.data, info.padded_shape)
-            whole[tuple(info.indices)] = transfer.to_numpy(
-                shard.data)[tuple(slice(0, s.stop - s.start) for s in info.indices)]
+            padded[info.device_id] = transfer.to_numpy(shard.data)
         value = state.current_value(self.global_tensor)
         sharding = state.jax_sharding_of(value)
-        placed = transfer.upload(whole, state.placement_for(sharding, whole.shape))
-        self.global_tensor._h.assign(
-            state.new_leaf(meta_of(value), array=placed, sharding=sharding))
+        self.global_tensor._h.assign(state.new_leaf(
+            meta_of(value), array=_assemble(sharding, text, tuple(self.shape), array.dtype, padded),
+            sharding=sharding))
         self.invalidate_spec_cache()
 
     # -- behaving like a tensor ------------------------------------------------------
@@ -243,6 +253,23 @@ def _refresh(wrapper: XLAShardedTensor) -> XLAShardedTensor:
         with torch._C._DisableTorchDispatch():
             torch.ops.aten.as_strided_.default(wrapper, inner.shape, inner.stride())
     return wrapper
+
+
+def _assemble(sharding, text: str, shape: tuple[int, ...], dtype,
+              padded: dict[int, np.ndarray]) -> jax.Array:
+    """The array whose devices hold ``padded`` (device id -> padded shard) under ``sharding``.
+
+    An uneven sharding's data is stored replicated (see ``state``): the padded shards
+    tile a padded array evenly, and one program crops it to ``shape`` and replicates it
+    (moving data between processes when there are several).
+    """
+    placement = state.placement_for(sharding, shape)
+    if placement is sharding:  # even tiles: the shards are the device buffers
+        return transfer.assemble(shape, sharding, dtype, lambda d, _: padded[device_id(d)])
+    tiles = parse_hlo_text(text).data_tile_dims
+    padded_shape = tuple(t * -(-n // t) for n, t in zip(shape, tiles))
+    whole = transfer.assemble(padded_shape, sharding, dtype, lambda d, _: padded[device_id(d)])
+    return transfer.cropped(whole, shape, placement)
 
 
 def _check_padded(data: torch.Tensor, padded_shape: tuple[int, ...]) -> None:

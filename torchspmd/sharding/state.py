@@ -179,5 +179,5 @@ def replace_leaf(t: SpmdTensor, value: Value, sharding: jax.sharding.Sharding | 
     if sharding is not None:
         target = placement_for(sharding, meta.shape)
         if not array.sharding.is_equivalent_to(target, len(meta.shape)):
-            array = jax.device_put(array, target)
+            array = transfer.reshard(array, target)
     t._h.assign(new_leaf(meta, array=array, sharding=sharding))
