@@ -9,6 +9,12 @@ one is being trained on. ``send_cpu_data_to_device`` is the one-batch version. E
     loader = ShardedLoader(torch_loader, "spmd", input_sharding=ShardingSpec(mesh, ("data", None)))
     for x, y in loader:          # x, y: spmd tensors, split over 'data'
         loss = model(x, y); ...
+
+With several processes, a ``ShardingSpec(mesh, spec, minibatch=True)`` makes each
+process's loader yield its own slice of the global batch (PyTorch/XLA's multi-host
+loading): the tensors the loop sees are the global batch, and each process uploads
+only its slice. Without ``minibatch`` every process must yield the same whole batch
+(each uploads the shards of its own devices).
 """
 
 from __future__ import annotations
@@ -24,8 +30,9 @@ from torch.utils._pytree import tree_map
 from torchspmd.device.backend import device as spmd_device
 from torchspmd.runtime import transfer
 from torchspmd.runtime.execute import materialize
-from torchspmd.sharding import state
+from torchspmd.sharding import device_data, state
 from torchspmd.sharding.api import ShardingSpec, mark_sharding
+from torchspmd.sharding.partition_spec import named_sharding
 
 __all__ = ["InputSharding", "ShardedLoader", "send_cpu_data_to_device"]
 
@@ -41,11 +48,16 @@ def _local_device_count(spec: ShardingSpec) -> int:
 def _check_minibatch(t: torch.Tensor, spec: ShardingSpec) -> None:
     """With ``minibatch``, each process holds a slice of the global batch (spec §1.7).
 
-    In one process the local batch *is* the global batch, so only the divisibility rule
-    is left to check; the rule counts the mesh's local devices (PyTorch/XLA counts every
-    local device, which is the same thing unless the mesh is a sub-mesh).
+    The per-process batch must split evenly over the mesh's devices in this process
+    (PyTorch/XLA counts every local device, which is the same thing unless the mesh
+    is a sub-mesh).
     """
     count = _local_device_count(spec)
+    if count == 0:
+        raise RuntimeError(
+            f"minibatch input sharding: the mesh's devices {spec.mesh.device_ids.tolist()} "
+            f"include none of process {jax.process_index()}'s devices, so this process has "
+            "no slice of the batch to load. Use a mesh that spans every process.")
     if t.dim() > 0 and t.shape[0] % count != 0:
         raise RuntimeError(
             "When minibatch is configured, the per-host batch size must be divisible by "
@@ -58,14 +70,29 @@ def _upload_now(t: torch.Tensor) -> None:
     materialize([state.current_value(t)])
 
 
+def _from_process_local(t: torch.Tensor, spec: ShardingSpec) -> torch.Tensor:
+    """The global batch whose slice in this process is ``t`` (every process its own)."""
+    sharding = named_sharding(spec.mesh, spec.partition_spec)
+    try:
+        array = transfer.upload_process_local(transfer.to_numpy(t), sharding, None)
+    except ValueError as error:  # JAX: the slice does not tile the devices evenly
+        raise RuntimeError(
+            f"minibatch input sharding: this process's batch of shape {tuple(t.shape)} "
+            f"does not split evenly over the devices of {spec.partition_spec} on the mesh "
+            f"({error})") from None
+    return device_data.tensor_from_array(array, t.dtype, sharding)
+
+
 def _send_tensor(t: Any, device: torch.device, spec: ShardingSpec | None) -> Any:
     """One CPU tensor to ``device``: sharded by ``spec`` if its rank fits, else replicated."""
     if not isinstance(t, torch.Tensor) or t.device.type != "cpu":
         return t
+    if spec is not None and spec.can_apply(t) and spec.minibatch:
+        _check_minibatch(t, spec)
+        if jax.process_count() > 1:
+            return _from_process_local(t, spec)
     out = t.to(device)
     if spec is not None and spec.can_apply(t):
-        if spec.minibatch:
-            _check_minibatch(t, spec)
         mark_sharding(out, spec.mesh, spec.partition_spec)
     else:
         # No spec: replicated over every device, and reported as such (``{replicated}``).

@@ -6,6 +6,7 @@ every other op reaches ``SpmdTensor.__torch_dispatch__``.
 
 from __future__ import annotations
 
+import contextlib
 import types
 
 import torch
@@ -69,6 +70,25 @@ def _record_factory(op):
     return kernel
 
 
+class _Stream:
+    """The spmd device's one stream. JAX runs device work in order, so there is nothing
+    to order by hand; ``torch.distributed.checkpoint``'s writer asks for streams."""
+
+    device_type = "spmd"
+
+    def synchronize(self) -> None:
+        wait_device_ops()
+
+    def wait_stream(self, other) -> None:
+        pass
+
+    def query(self) -> bool:
+        return True
+
+
+_STREAM = _Stream()
+
+
 def _device_module() -> types.ModuleType:
     """``torch.spmd``: what PyTorch asks of a device's module (seeding, counts)."""
     module = types.ModuleType("torch.spmd")
@@ -83,6 +103,8 @@ def _device_module() -> types.ModuleType:
     module.get_rng_state = lambda device=None: torch.tensor(rng.get_state(), dtype=torch.int64)
     module.set_rng_state = lambda state, device=None: rng.set_state(tuple(int(s) for s in state))
     module.is_initialized = lambda: True
+    module.current_stream = lambda device=None: _STREAM
+    module.stream = lambda stream=None: contextlib.nullcontext()
     return module
 
 

@@ -314,7 +314,8 @@ class HybridMesh(Mesh):
                 f"ici_mesh_shape {ici} and dcn_mesh_shape {dcn} must have the same length"
             )
         devices = torchspmd.jax_setup.devices()
-        multislice = getattr(devices[0], "slice_index", None) is not None
+        # CPU devices of several processes report slice_index 0: one slice, no multislice.
+        multislice = len({getattr(d, "slice_index", None) for d in devices} - {None}) > 1
         by_process = not multislice and jax.process_count() > 1 and math.prod(dcn) > 1
         if multislice and math.prod(dcn) == 1:
             raise ValueError("Provide dcn_mesh_shape to create a mesh for multislice")
