@@ -15,16 +15,24 @@ FSDPv2 does), and a ``ShardedLoader`` uploads each batch already split. XLA comp
 state) and reuses it; at the end the script prints the compiled step's collectives and
 the runtime's metrics, and fails if it compiled more than 3 times.
 
-``--save DIR`` writes the model, optimizer, step and RNG state (gathered to the CPU);
-``--resume DIR`` continues from it, on the same loss curve as an uninterrupted run.
+``--save DIR`` writes the model, optimizer, step and RNG state as a sharded
+``torch.distributed.checkpoint`` (each process writes the shards it owns);
+``--resume DIR`` continues from it, on the same loss curve as an uninterrupted run, on
+any mesh and process count (each tensor is loaded straight into its own sharding).
 ``--stop-at K`` ends this run after step K (keeping the ``--steps`` schedule) so it can
 be resumed. ``--cpu-reference`` trains the same model on CPU PyTorch and compares.
+
+Several processes (``--mesh`` then spans every process's devices; only process 0
+prints)::
+
+    torchrun --nproc-per-node 2 examples/train_gpt.py --mesh 4x2   # 4 CPU devices each
 """
 
 from __future__ import annotations
 
 import argparse
 import copy
+import json
 import math
 import os
 import statistics
@@ -36,10 +44,13 @@ import numpy as np
 import rich.console
 import rich.table
 import torch
+import torch.distributed.checkpoint as dcp
 from tqdm import tqdm
 
 import torchspmd
 import torchspmd.debug
+import torchspmd.runtime
+from torchspmd.checkpoint import SPMDLoadPlanner, SPMDSavePlanner, prime_optimizer
 from torchspmd.data import ShardedLoader
 from torchspmd.sharding import Mesh, ShardingSpec, get_sharding, mark_sharding
 
@@ -49,7 +60,6 @@ from gpt import (AXES, GPT, STRATEGIES, CharTokenizer, GPTConfig, TokenBatches, 
 
 CORPUS_CHARS = 200_000
 MAX_COMPILES = 3
-CHECKPOINT = "checkpoint.pt"
 
 
 @dataclass
@@ -170,43 +180,54 @@ def shard_activations(model: GPT, mesh: Mesh, strategy: str) -> None:
     model.register_forward_hook(constrain)
 
 
-def shard_optimizer_state(opt: torch.optim.Optimizer, model: GPT, mesh: Mesh,
-                          specs: dict[str, tuple]) -> None:
-    """Lay restored moments out like their parameters (as the running step leaves them)."""
-    for name, p in model.named_parameters():
-        for value in opt.state.get(p, {}).values():
-            if isinstance(value, torch.Tensor) and value.device == p.device:
-                mark_sharding(value, mesh, specs[name])
-
-
 def _to_cpu(tree):
     return torch.utils._pytree.tree_map(
         lambda t: t.detach().cpu() if isinstance(t, torch.Tensor) else t, tree)
 
 
+def _checkpoint_state(model: GPT, opt: torch.optim.Optimizer, step: int) -> dict:
+    """What a checkpoint holds; DCP saves it, and loads into it in place."""
+    return {"config": json.dumps(asdict(model.config)), "step": step,
+            "model": model.state_dict(), "optimizer": opt.state_dict(),
+            "rng": {"cpu": torch.get_rng_state(),
+                    "spmd": torch.get_device_module("spmd").get_rng_state()}}
+
+
 def save_checkpoint(path: str, model: GPT, opt: torch.optim.Optimizer, step: int) -> None:
-    """Model and optimizer state gathered to the CPU, the next step, and the RNG states."""
-    os.makedirs(path, exist_ok=True)
-    state = {"config": asdict(model.config), "step": step,
-             "model": _to_cpu(model.state_dict()), "optimizer": _to_cpu(opt.state_dict()),
-             "rng": {"cpu": torch.get_rng_state(),
-                     "spmd": torch.get_device_module("spmd").get_rng_state()}}
-    torch.save(state, os.path.join(path, CHECKPOINT))
+    """A sharded checkpoint of the model, optimizer, next step and RNG states: each
+    process writes the shards it owns (every process calls this)."""
+    dcp.save(_checkpoint_state(model, opt, step), checkpoint_id=path, planner=SPMDSavePlanner())
 
 
-def load_checkpoint(path: str) -> dict:
-    """A checkpoint written by ``save_checkpoint``, with the RNG states restored."""
-    state = torch.load(os.path.join(path, CHECKPOINT), weights_only=True)
+def checkpoint_config(path: str) -> GPTConfig:
+    """The model configuration stored in the checkpoint at ``path``."""
+    state = {"config": ""}
+    dcp.load(state, checkpoint_id=path, planner=SPMDLoadPlanner(allow_partial_load=True))
+    return GPTConfig(**json.loads(state["config"]))
+
+
+def load_checkpoint(path: str, model: GPT, opt: torch.optim.Optimizer) -> int:
+    """Load the checkpoint at ``path`` into the sharded ``model`` and ``opt`` (each tensor
+    keeps its sharding) and restore the RNG states; returns the step to continue from."""
+    prime_optimizer(opt)  # AdamW's state exists only after a step; DCP loads in place
+    state = _checkpoint_state(model, opt, 0)
+    dcp.load(state, checkpoint_id=path, planner=SPMDLoadPlanner())
+    model.load_state_dict(state["model"])
+    opt.load_state_dict(state["optimizer"])
     torch.set_rng_state(state["rng"]["cpu"])
     torch.get_device_module("spmd").set_rng_state(state["rng"]["spmd"])
-    return state
+    return state["step"]
 
 
 # --- training --------------------------------------------------------------------------
 
 @dataclass
 class Setup:
-    """The starting point both the spmd run and the CPU reference train from."""
+    """The starting point both the spmd run and the CPU reference train from.
+
+    On ``--resume`` the spmd run loads the checkpoint into its sharded model and fills
+    in ``model``, ``optimizer_state`` and ``start`` for the CPU reference.
+    """
 
     model: GPT  # on the CPU
     optimizer_state: dict | None
@@ -215,18 +236,16 @@ class Setup:
 
 
 def initial_setup(args: argparse.Namespace) -> Setup:
-    """A freshly initialized model (seeded), or the one ``--resume`` names, and the data."""
+    """A freshly initialized model (seeded; shaped as ``--resume``'s), and the data."""
     corpus = make_corpus(CORPUS_CHARS, seed=0)
     tok = CharTokenizer(corpus)
     torch.manual_seed(args.seed)
     torchspmd.manual_seed(args.seed)
     if args.resume:
-        state = load_checkpoint(args.resume)
-        model = GPT(GPTConfig(**state["config"]))
-        model.load_state_dict(state["model"])
-        return Setup(model, state["optimizer"], state["step"], tok.encode(corpus))
-    config = GPTConfig(vocab=tok.vocab_size, seq=args.seq, dim=args.dim, layers=args.layers,
-                       heads=args.heads, tied=not args.untied)
+        config = checkpoint_config(args.resume)
+    else:
+        config = GPTConfig(vocab=tok.vocab_size, seq=args.seq, dim=args.dim,
+                           layers=args.layers, heads=args.heads, tied=not args.untied)
     return Setup(GPT(config), None, 0, tok.encode(corpus))
 
 
@@ -242,14 +261,17 @@ def train_spmd(args: argparse.Namespace, setup: Setup, mesh: Mesh, stop: int) ->
     shard_activations(model, mesh, args.strategy)
     print_parameter_table(model, specs, mesh, args.strategy)
     opt = make_optimizer(model, args.lr)
-    if setup.optimizer_state is not None:
-        opt.load_state_dict(setup.optimizer_state)
-        shard_optimizer_state(opt, model, mesh, specs)
+    if args.resume:
+        setup.start = load_checkpoint(args.resume, model, opt)
+        if args.cpu_reference:  # the CPU run starts from the same state
+            setup.model.load_state_dict(_to_cpu(model.state_dict()))
+            setup.optimizer_state = _to_cpu(opt.state_dict())
     loader = ShardedLoader(_batches(args, setup, stop), torchspmd.device(),
                            input_sharding=ShardingSpec(mesh, batch_spec(args.strategy)))
     torchspmd.reset_metrics()
     result = RunResult(losses=[], tokens_per_step=args.batch * model.config.seq)
-    bar = tqdm(total=stop, initial=setup.start, unit="step", dynamic_ncols=True)
+    bar = tqdm(total=stop, initial=setup.start, unit="step", dynamic_ncols=True,
+               disable=not _prints())
     for step, (x, y) in zip(range(setup.start, stop), loader):
         start = time.perf_counter()
         loss = _train_step(model, opt, x, y, lr_at(step, args.steps, args.lr))
@@ -297,6 +319,15 @@ def train_cpu(args: argparse.Namespace, setup: Setup, stop: int) -> list[float]:
 
 # --- reporting -------------------------------------------------------------------------
 
+def _prints() -> bool:
+    """Whether this process reports (process 0; every process computes the same)."""
+    return torchspmd.runtime.process_index() == 0
+
+
+def _console() -> rich.console.Console:
+    return rich.console.Console(quiet=not _prints())
+
+
 def print_parameter_table(model: GPT, specs: dict[str, tuple], mesh: Mesh, strategy: str) -> None:
     """Every parameter's shape, partition spec and resulting sharding text."""
     table = rich.table.Table(title=f"{strategy} on mesh {dict(mesh.shape())}, devices "
@@ -306,7 +337,7 @@ def print_parameter_table(model: GPT, specs: dict[str, tuple], mesh: Mesh, strat
     table.add_column("sharding (get_sharding)", overflow="fold", ratio=1)
     for name, p in model.named_parameters():
         table.add_row(name, str(tuple(p.shape)), str(specs[name]), get_sharding(p))
-    rich.console.Console().print(table)
+    _console().print(table)
 
 
 def _two_column_table(title: str, rows: dict) -> rich.table.Table:
@@ -320,7 +351,7 @@ def _two_column_table(title: str, rows: dict) -> rich.table.Table:
 
 def print_report(result: RunResult, start: int) -> None:
     """Collectives of the compiled step, ``torchspmd.metrics()``, loss curves, the verdict."""
-    console = rich.console.Console()
+    console = _console()
     console.print(_two_column_table("collectives in the compiled training step",
                                     result.collectives))
     console.print(_two_column_table("torchspmd.metrics() after training", result.metrics))

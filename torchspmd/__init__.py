@@ -23,6 +23,7 @@ from torchspmd.sharding import __all__ as _sharding_names
 register()
 
 import torchspmd.debug  # noqa: E402,F401  (torchspmd.debug.metrics_report() etc.)
+import torchspmd.distributed  # noqa: E402,F401  (torchspmd.distributed.initialize() etc.)
 
 __all__ = ["device", "device_count", "sync", "wait_device_ops", "metrics", "reset_metrics",
            "manual_seed", *_sharding_names]

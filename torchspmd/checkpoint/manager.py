@@ -69,7 +69,7 @@ class CheckpointManager:
         os.makedirs(self.path, exist_ok=True)
         self._writer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="torchspmd-ckpt")
         self._slots = threading.Semaphore(max_pending_async)
-        self._pending: list[Future] = []
+        self._pending: list[tuple[int, Future]] = []
         self._lock = threading.Lock()  # one checkpoint written at a time
 
     # -- which steps --------------------------------------------------------------------
@@ -115,7 +115,7 @@ class CheckpointManager:
         self._slots.acquire()
         future = self._writer.submit(self._write, step, host)
         future.add_done_callback(lambda _: self._slots.release())
-        self._pending.append(future)
+        self._pending.append((step, future))
         return True
 
     def _write(self, step: int, state_dict: dict) -> None:
@@ -138,14 +138,15 @@ class CheckpointManager:
     def join(self) -> None:
         """Wait for every ``save_async`` write; raises the first one's error, if any."""
         pending, self._pending = self._pending, []
-        for future in pending:
-            future.result()
+        for step, future in pending:
+            _raise_if_failed(step, future)
 
     def _raise_failed(self) -> None:
-        failed = [f for f in self._pending if f.done() and f.exception() is not None]
-        if failed:
-            self._pending = [f for f in self._pending if f not in failed]
-            raise RuntimeError("torchspmd: an earlier save_async failed") from failed[0].exception()
+        """Raise the error of a finished ``save_async`` write that failed, if any."""
+        done = [(step, f) for step, f in self._pending if f.done()]
+        self._pending = [(step, f) for step, f in self._pending if not f.done()]
+        for step, future in done:
+            _raise_if_failed(step, future)
 
     # -- restoring ----------------------------------------------------------------------
 
@@ -167,6 +168,13 @@ class CheckpointManager:
         if step is not None:
             self.restore(step, state_dict)
         return step
+
+
+def _raise_if_failed(step: int, future: Future) -> None:
+    error = future.exception()  # DCP raises CheckpointException, a BaseException
+    if error is not None:
+        raise RuntimeError(f"torchspmd: writing checkpoint {step} in the background failed: "
+                           f"{error}") from error
 
 
 def _host_copy(state_dict: dict) -> dict:

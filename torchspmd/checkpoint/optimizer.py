@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import torch
 
+import torchspmd.runtime.execute
+
 __all__ = ["prime_optimizer"]
 
 
@@ -30,4 +32,5 @@ def prime_optimizer(optimizer: torch.optim.Optimizer) -> torch.optim.Optimizer:
                 p.grad = torch.zeros_like(p)
     optimizer.step()
     optimizer.zero_grad(set_to_none=True)
+    torchspmd.runtime.execute.sync()  # the state now has the layout the step gives it
     return optimizer

@@ -123,8 +123,10 @@ class SPMDLoadPlanner(DefaultLoadPlanner):
     def set_up_planner(self, state_dict, metadata=None, is_coordinator: bool = False) -> None:
         _check_process_group()
         super().set_up_planner(state_dict, metadata, is_coordinator)
-        self._targets = {fqn: LoadTarget.of(v) for fqn, v in self.state_dict.items()
-                         if device_data.is_device_tensor(v)}
+        tensors = {fqn: v for fqn, v in self.state_dict.items() if device_data.is_device_tensor(v)}
+        # A pending value's layout is XLA's choice, known once computed (one graph for all).
+        device_data.device_arrays(list(tensors.values()))
+        self._targets = {fqn: LoadTarget.of(v) for fqn, v in tensors.items()}
 
     def create_local_plan(self) -> LoadPlan:
         plain = {k: v for k, v in self.state_dict.items() if k not in self._targets}

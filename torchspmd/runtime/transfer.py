@@ -93,7 +93,14 @@ def download(array: jax.Array) -> np.ndarray:
     if jax.process_count() == 1:
         host = np.asarray(array)
     else:
-        host = _gather(array)
+        try:
+            host = _gather(array)
+        except jax.errors.JaxRuntimeError as error:  # the work or the gather crossed a dead peer
+            raise RuntimeError(
+                f"torchspmd: process {jax.process_index()} could not read a value because a "
+                "collective with the other processes failed: another process died, or does "
+                "not run the same program (every process must run the same graphs and "
+                f"reads, in the same order). {error}") from None
     COUNTERS["bytes_to_host"] += host.nbytes
     return host
 

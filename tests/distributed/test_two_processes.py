@@ -1,0 +1,137 @@
+"""Two processes x 4 CPU devices under torchrun give what one process with 8 devices gives.
+
+One launch (``worker.py``) runs every check in both processes and records what each saw;
+the tests here compare that with the same program run in this process.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+import torch.distributed.checkpoint as dcp
+
+import torchspmd
+from torchspmd.sharding import Mesh, XLAShardedTensor
+
+from . import programs
+from .launcher import torchrun
+
+HERE = Path(__file__).parent
+
+
+@pytest.fixture(scope="module")
+def one_process_checkpoint(tmp_path_factory) -> tuple[Path, programs.MLP, torch.optim.AdamW]:
+    """The MLP after 3 steps on 4x2, saved by this (single) process."""
+    path = tmp_path_factory.mktemp("one_process") / "checkpoint"
+    mesh = programs.mesh_4x2()
+    model, opt = programs.sharded_mlp(mesh)
+    programs.train(model, opt, mesh, range(3))
+    programs.save(str(path), model, opt)
+    return path, model, opt
+
+
+@pytest.fixture(scope="module")
+def ranks(tmp_path_factory, one_process_checkpoint) -> tuple[list[dict], Path]:
+    """What each of the two processes recorded, and where they wrote."""
+    out = tmp_path_factory.mktemp("two_processes")
+    finished = torchrun(HERE / "worker.py", str(out), str(one_process_checkpoint[0]))
+    assert finished.returncode == 0, finished.output[-6000:]
+    return [json.loads((out / f"rank{r}.json").read_text()) for r in (0, 1)], out
+
+
+def test_runtime_queries_have_pytorch_xla_spmd_values(ranks):
+    for rank, seen in enumerate(ranks[0]):
+        assert seen["queries"] == {
+            "process_index": rank, "process_count": 2, "global_runtime_device_count": 8,
+            "addressable_runtime_device_count": 4, "local_device_count": 2, "world_size": 1,
+            "global_ordinal": 0, "local_ordinal": rank, "is_master_ordinal": rank == 0,
+            "device_count": 8}
+
+
+def test_mesh_ids_are_global_and_hybrid_mesh_rows_are_processes(ranks):
+    for seen in ranks[0]:
+        assert seen["meshes"] == {"1d": list(range(8)), "hybrid": [[0, 1, 2, 3], [4, 5, 6, 7]]}
+
+
+def test_reading_a_sharded_value_gives_the_one_process_value_everywhere(ranks):
+    expected = programs.sharded_value(programs.mesh_4x2())
+    for seen in ranks[0]:
+        np.testing.assert_allclose(seen["shards"]["cpu"], expected.cpu().numpy(), rtol=1e-6)
+        assert seen["shards"]["item"] == pytest.approx(expected.sum().item(), rel=1e-6)
+        assert seen["shards"]["sharding"] == torchspmd.get_sharding(expected)
+
+
+def test_local_shards_list_only_this_process_devices(ranks):
+    everything = XLAShardedTensor(programs.sharded_value(programs.mesh_4x2())).local_shards
+    for rank, seen in enumerate(ranks[0]):
+        mine = everything[4 * rank:4 * rank + 4]
+        assert [s[0] for s in seen["shards"]["local_shards"]] == [s.shard_device for s in mine]
+        for (_, indices, data), shard in zip(seen["shards"]["local_shards"], mine):
+            assert indices == [[i.start, i.stop] for i in shard.indices]
+            np.testing.assert_allclose(data, shard.data.numpy(), rtol=1e-6)
+
+
+def test_loader_gives_each_process_its_slice_of_the_global_batch(ranks):
+    rows = torch.arange(16, dtype=torch.float32).reshape(8, 2)
+    expected = torch.cat([rows, rows + 100])  # process 0's rows, then process 1's
+    for rank, seen in enumerate(ranks[0]):
+        assert seen["loader"]["shape"] == [16, 2]
+        assert seen["loader"]["global"] == expected.tolist()
+        assert seen["loader"]["sharding"] == "{devices=[8,1]0,1,2,3,4,5,6,7}"
+        assert seen["loader"]["local_rows"] == [8 * rank + 2 * i for i in range(4)]
+
+
+def test_sub_meshes_inside_one_process_and_across_processes(ranks):
+    z = torch.arange(16.).reshape(4, 4)
+    for seen in ranks[0]:
+        assert seen["sub_meshes"]["inside"] == (z @ z).tolist()
+        assert seen["sub_meshes"]["across"] == (torch.arange(8.) * 2 + 1).tolist()
+        assert seen["sub_meshes"]["moved"] == torch.arange(8.).tolist()
+        assert seen["sub_meshes"]["moved_sharding"] == "{devices=[2,2]4,5,6,7 last_tile_dim_replicate}"
+
+
+def test_fsdp_tp_training_matches_one_process_within_1e_6(ranks, one_process_checkpoint):
+    mesh = programs.mesh_4x2()
+    model, opt = programs.sharded_mlp(mesh)
+    expected = programs.train(model, opt, mesh, range(3))
+    for seen in ranks[0]:
+        np.testing.assert_allclose(seen["checkpoints"]["losses"], expected, rtol=1e-6)
+
+
+def test_each_process_writes_the_shards_its_devices_own(ranks):
+    path = ranks[1] / "checkpoint"
+    metadata = dcp.FileSystemReader(str(path)).read_metadata()
+    weight = metadata.state_dict_metadata["model.layers.0.weight"]  # ("model", "data") on 4x2
+    assert sorted(tuple(c.offsets) for c in weight.chunks) == [
+        (r, c) for r in (0, 32) for c in (0, 4, 8, 12)]  # every distinct shard once
+    files = {(tuple(index.offset), info.relative_path)
+             for index, info in metadata.storage_data.items()
+             if index.fqn == "model.layers.0.weight"}
+    # Devices 0-3 (process 0) own columns 0..7, devices 4-7 (process 1) columns 8..15.
+    assert {(offset, name.split("_")[2]) for offset, name in files} == {
+        ((r, c), "0" if c < 8 else "1") for r in (0, 32) for c in (0, 4, 8, 12)}
+
+
+def test_two_process_checkpoint_resumes_in_one_process_on_another_mesh(ranks):
+    mesh = programs.mesh_2x4()
+    model, opt = programs.sharded_mlp(mesh)
+    programs.load(str(ranks[1] / "checkpoint"), model, opt)
+    resumed = programs.train(model, opt, mesh, range(3, 6))
+    straight_model, straight_opt = programs.sharded_mlp(mesh)
+    straight = programs.train(straight_model, straight_opt, mesh, range(6))
+    np.testing.assert_allclose(resumed, straight[3:], rtol=1e-6)
+
+
+def test_one_process_checkpoint_loads_in_two_processes_on_a_sub_mesh(ranks, one_process_checkpoint):
+    _, model, opt = one_process_checkpoint
+    for seen in ranks[0]:
+        loaded = seen["checkpoints"]
+        for name, value in model.state_dict().items():
+            assert loaded["loaded"][name] == value.cpu().tolist(), name
+        for moments, p in zip(loaded["loaded_moments"], model.parameters()):
+            assert moments == opt.state[p]["exp_avg_sq"].cpu().tolist()
+        assert loaded["loaded_sharding"] == "{devices=[2,2]2,4,3,5}"
