@@ -3,7 +3,7 @@
     python examples/train_gpt.py [--mesh 4x2] [--strategy fsdp+tp] [--devices 4,5,6,7]
         [--steps 200] [--batch 16] [--seq 64] [--dim 128] [--layers 4] [--heads 4]
         [--lr 3e-3] [--seed 0] [--save DIR] [--resume DIR] [--stop-at STEP]
-        [--cpu-reference] [--untied]
+        [--cpu-reference] [--untied] [--losses FILE]
 
 The mesh has two axes, ``('data', 'model')``. Strategies (see ``gpt.param_spec``):
 ``dp`` replicates the weights and splits the batch over every device; ``fsdp`` splits
@@ -112,6 +112,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--save", default=None, metavar="DIR")
     p.add_argument("--resume", default=None, metavar="DIR")
     p.add_argument("--cpu-reference", action="store_true")
+    p.add_argument("--losses", default=None, metavar="FILE",
+                   help="write the step losses as JSON (process 0)")
     return p.parse_args(argv)
 
 
@@ -380,6 +382,9 @@ def main(argv: list[str] | None = None) -> RunResult:
     result.wall_s = time.perf_counter() - begin
     if result.losses:
         print_report(result, setup.start)
+    if args.losses and _prints():
+        with open(args.losses, "w") as f:
+            json.dump({"start": setup.start, "losses": result.losses}, f)
     return result
 
 

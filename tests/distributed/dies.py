@@ -1,10 +1,11 @@
-"""One of two processes dies mid-run; the other must stop with an error, not hang.
+"""One of two processes is killed mid-run; the other must stop with an error, not hang.
 
-    python dies.py COORDINATOR_PORT RANK HOW      (HOW: "killed" or "raises")
+    python dies.py COORDINATOR_PORT RANK
 
-Started without a launcher, through ``torchspmd.distributed.initialize``. Process 1
-dies after the first collective; process 0 goes on reading sharded values (each read
-a collective that process 1 will never join).
+Started without a launcher, through ``torchspmd.distributed.initialize`` (and
+``torch.distributed`` beside it, as checkpoints need). Process 1 is killed after the
+first collective; process 0 goes on reading sharded values (each read a collective
+that process 1 will never join).
 """
 
 import os
@@ -13,21 +14,22 @@ import sys
 
 import numpy as np
 import torch
+import torch.distributed
 
 import torchspmd
 import torchspmd.distributed
 
-port, rank, how = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
+port, rank = int(sys.argv[1]), int(sys.argv[2])
 torchspmd.distributed.initialize(f"127.0.0.1:{port}", num_processes=2, process_id=rank,
                                  heartbeat_timeout_s=5)
+torchspmd.distributed.init_torch_distributed()  # gloo store on the coordinator's port + 1
+torch.distributed.barrier()
 mesh = torchspmd.Mesh(np.arange(8), (8,), ("x",))
 x = torch.arange(64.).to(torchspmd.device())
 torchspmd.mark_sharding(x, mesh, ("x",))
 print(f"process {rank} read {(x * 2).cpu().sum().item()}", flush=True)
 if rank == 1:
-    if how == "killed":
-        os.kill(os.getpid(), signal.SIGKILL)
-    raise ValueError("process 1 fails")
+    os.kill(os.getpid(), signal.SIGKILL)
 while True:
     x = x + 1
     (x * 2).cpu()

@@ -1,4 +1,4 @@
-"""A process that dies makes the others stop with an error within the heartbeat timeout."""
+"""A process that dies makes the others stop with an error, never hang."""
 
 from pathlib import Path
 
@@ -9,7 +9,7 @@ HERE = Path(__file__).parent
 
 def test_when_one_process_is_killed_the_other_exits_with_an_error():
     # The launch is bounded: a survivor still waiting after 90 s fails the test.
-    survivor, dead = spawn(HERE / "dies.py", "killed", timeout=90, TORCHSPMD_CPU_DEVICES="4")
+    survivor, dead = spawn(HERE / "dies.py", timeout=90, TORCHSPMD_CPU_DEVICES="4")
     assert "process 0 read 4032.0" in survivor.output, survivor.output[-3000:]
     assert dead.returncode != 0
     assert survivor.returncode != 0, survivor.output[-3000:]

@@ -75,6 +75,11 @@ def test_local_shards_list_only_this_process_devices(ranks):
             np.testing.assert_allclose(data, shard.data.numpy(), rtol=1e-6)
 
 
+def test_host_data_uploads_only_this_process_shards(ranks):
+    for seen in ranks[0]:  # (64, 8) float32 is 2048 bytes; 4 of the 8 devices are local
+        assert seen["uploads"] == {"sharded": 2048 // 2, "replicated": 2048 * 4}
+
+
 def test_loader_gives_each_process_its_slice_of_the_global_batch(ranks):
     rows = torch.arange(16, dtype=torch.float32).reshape(8, 2)
     expected = torch.cat([rows, rows + 100])  # process 0's rows, then process 1's

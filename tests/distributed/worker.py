@@ -19,6 +19,7 @@ import torch
 
 import torchspmd
 import torchspmd.runtime as xr
+import torchspmd.runtime.execute
 from torchspmd.data import ShardedLoader
 from torchspmd.sharding import (HybridMesh, Mesh, ShardingSpec, XLAShardedTensor, get_1d_mesh,
                                 get_sharding, mark_sharding)
@@ -51,6 +52,19 @@ def shards(mesh: Mesh) -> dict:
             "sharding": get_sharding(value),
             "local_shards": [[s.shard_device, [[i.start, i.stop] for i in s.indices],
                               s.data.tolist()] for s in wrapped.local_shards]}
+
+
+def uploads(mesh: Mesh) -> dict:
+    """Bytes this process sends to its devices for a (64, 8) float32 host tensor."""
+    sent = {}
+    for name, spec in (("sharded", ("data", "model")), ("replicated", None)):
+        before = torchspmd.metrics()["bytes_to_device"]
+        x = torch.ones(64, 8).to(torchspmd.device())
+        if spec is not None:
+            mark_sharding(x, mesh, spec)
+        torchspmd.runtime.execute.materialize([x._h.value()])
+        sent[name] = torchspmd.metrics()["bytes_to_device"] - before
+    return sent
 
 
 def loader(mesh: Mesh) -> dict:
@@ -96,6 +110,7 @@ def checkpoints(out: str, checkpoint_in: str) -> dict:
 def main(out: str, checkpoint_in: str) -> None:
     mesh = programs.mesh_4x2()
     result = {"queries": queries(), "meshes": meshes(), "shards": shards(mesh),
+              "uploads": uploads(mesh),
               "loader": loader(Mesh(np.arange(8), (8,), ("data",))),
               "sub_meshes": sub_meshes(), "checkpoints": checkpoints(out, checkpoint_in)}
     with open(os.path.join(out, f"rank{xr.process_index()}.json"), "w") as f:

@@ -2,7 +2,8 @@
 
 Same API and error messages as PyTorch/XLA's ``torch_xla.distributed.spmd.Mesh``, with one
 extension: the device ids may be any subset of the devices, in any order (sub-meshes).
-Device id ``i`` is ``jax.devices()[i]``.
+Device id ``i`` is ``jax.devices()[i]``. Ids are global: with several processes they count
+every process's devices, process 0's first (PyTorch/XLA's global ordinals).
 
 A ``Mesh`` is a value: two meshes with the same ids, shape and axis names are equal and
 hash alike, so per-spec results can be cached on the instance.
