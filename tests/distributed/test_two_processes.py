@@ -6,7 +6,9 @@ the tests here compare that with the same program run in this process.
 
 from __future__ import annotations
 
+import fcntl
 import json
+import os
 from pathlib import Path
 
 import numpy as np
@@ -24,23 +26,33 @@ HERE = Path(__file__).parent
 
 
 @pytest.fixture(scope="module")
-def one_process_checkpoint(tmp_path_factory) -> tuple[Path, programs.MLP, torch.optim.AdamW]:
-    """The MLP after 3 steps on 4x2, saved by this (single) process."""
-    path = tmp_path_factory.mktemp("one_process") / "checkpoint"
+def one_process_run() -> tuple[programs.MLP, torch.optim.AdamW, list[float]]:
+    """The MLP after 3 steps on 4x2 in this process (8 devices), and its losses."""
     mesh = programs.mesh_4x2()
     model, opt = programs.sharded_mlp(mesh)
-    programs.train(model, opt, mesh, range(3))
-    programs.save(str(path), model, opt)
-    return path, model, opt
+    return model, opt, programs.train(model, opt, mesh, range(3))
 
 
 @pytest.fixture(scope="module")
-def ranks(tmp_path_factory, one_process_checkpoint) -> tuple[list[dict], Path]:
-    """What each of the two processes recorded, and where they wrote."""
-    out = tmp_path_factory.mktemp("two_processes")
-    finished = torchrun(HERE / "worker.py", str(out), str(one_process_checkpoint[0]))
-    assert finished.returncode == 0, finished.output[-6000:]
-    return [json.loads((out / f"rank{r}.json").read_text()) for r in (0, 1)], out
+def ranks(tmp_path_factory, one_process_run) -> tuple[list[dict], Path]:
+    """What each of the two processes recorded, and where they wrote.
+
+    The launch is shared by the test workers of one session (the first one runs it,
+    under a file lock), so that it runs once however pytest-xdist splits this module.
+    """
+    session = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):  # each worker's base is inside the session's
+        session = session.parent
+    shared = session / "two_processes"
+    shared.mkdir(exist_ok=True)
+    with open(shared / "lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not (shared / "rank1.json").exists():
+            checkpoint_in = shared / "one_process_checkpoint"
+            programs.save(str(checkpoint_in), *one_process_run[:2])
+            finished = torchrun(HERE / "worker.py", str(shared), str(checkpoint_in))
+            assert finished.returncode == 0, finished.output[-6000:]
+    return [json.loads((shared / f"rank{r}.json").read_text()) for r in (0, 1)], shared
 
 
 def test_runtime_queries_have_pytorch_xla_spmd_values(ranks):
@@ -99,10 +111,8 @@ def test_sub_meshes_inside_one_process_and_across_processes(ranks):
         assert seen["sub_meshes"]["moved_sharding"] == "{devices=[2,2]4,5,6,7 last_tile_dim_replicate}"
 
 
-def test_fsdp_tp_training_matches_one_process_within_1e_6(ranks, one_process_checkpoint):
-    mesh = programs.mesh_4x2()
-    model, opt = programs.sharded_mlp(mesh)
-    expected = programs.train(model, opt, mesh, range(3))
+def test_fsdp_tp_training_matches_one_process_within_1e_6(ranks, one_process_run):
+    expected = one_process_run[2]
     for seen in ranks[0]:
         np.testing.assert_allclose(seen["checkpoints"]["losses"], expected, rtol=1e-6)
 
@@ -131,8 +141,8 @@ def test_two_process_checkpoint_resumes_in_one_process_on_another_mesh(ranks):
     np.testing.assert_allclose(resumed, straight[3:], rtol=1e-6)
 
 
-def test_one_process_checkpoint_loads_in_two_processes_on_a_sub_mesh(ranks, one_process_checkpoint):
-    _, model, opt = one_process_checkpoint
+def test_one_process_checkpoint_loads_in_two_processes_on_a_sub_mesh(ranks, one_process_run):
+    model, opt, _ = one_process_run
     for seen in ranks[0]:
         loaded = seen["checkpoints"]
         for name, value in model.state_dict().items():

@@ -17,6 +17,7 @@ Who starts what:
 
 from __future__ import annotations
 
+import atexit
 import os
 import sys
 from collections.abc import Sequence
@@ -91,22 +92,30 @@ def _state():
 
 
 def _exit_on_uncaught_exception() -> None:
-    """An uncaught exception ends this process at once.
+    """After an uncaught exception, this process ends without JAX's shutdown barrier.
 
-    Without this, the process would wait at JAX's shutdown barrier (up to 5 minutes)
-    while the others wait for it in a collective. Exiting stops its heartbeats, so the
-    coordinator fails the other processes after the heartbeat timeout, and torchrun
-    tears them down as soon as it sees this one exit.
+    Otherwise it would wait there (up to 5 minutes) while the others wait for it in a
+    collective. Exiting at once stops its heartbeats and closes its connections, so the
+    others fail fast, and torchrun tears them down as soon as it sees this one exit.
+    The exception is only noted in ``sys.excepthook`` (other hooks, like
+    torch.distributed's, wrap it and print the traceback); the exit happens at
+    interpreter exit, before JAX's own exit handler (which holds the barrier) runs.
     """
     previous = sys.excepthook
+    failed = []
 
-    def hook(kind, value, traceback):
+    def note_failure(kind, value, traceback):
+        failed.append(kind)
         previous(kind, value, traceback)
-        sys.stdout.flush()
-        sys.stderr.flush()
-        os._exit(1)
 
-    sys.excepthook = hook
+    def exit_now_if_failed():
+        if failed:
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os._exit(1)
+
+    sys.excepthook = note_failure
+    atexit.register(exit_now_if_failed)  # runs before JAX's handler, registered earlier
 
 
 def init_torch_distributed() -> None:
