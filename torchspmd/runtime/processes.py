@@ -115,7 +115,8 @@ def _exit_on_uncaught_exception() -> None:
             os._exit(1)
 
     sys.excepthook = note_failure
-    atexit.register(exit_now_if_failed)  # runs before JAX's handler, registered earlier
+    # atexit runs handlers last in, first out: this one before JAX's (registered at import).
+    atexit.register(exit_now_if_failed)
 
 
 def init_torch_distributed() -> None:
