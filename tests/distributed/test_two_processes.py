@@ -17,7 +17,7 @@ import torch
 import torch.distributed.checkpoint as dcp
 
 import torchspmd
-from torchspmd.sharding import Mesh, XLAShardedTensor
+from torchspmd.sharding import XLAShardedTensor
 
 from . import programs
 from .launcher import torchrun
