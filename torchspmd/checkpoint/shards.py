@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 import torch
 
 from torchspmd.runtime import transfer
-from torchspmd.runtime.transfer import Region
+from torchspmd.runtime.shards import Region, assemble, local_regions, owned_shards
 from torchspmd.sharding import device_data
 
 __all__ = ["HostShards", "LoadTarget", "snapshot", "offsets", "sizes"]
@@ -63,7 +63,7 @@ def snapshot(state_dict: dict) -> dict:
     for key, array in zip(keys, arrays):
         tensor = state_dict[key]
         pieces = {offsets(box): transfer.to_torch(transfer.read_local(buffer))
-                  for box, buffer in transfer.owned_shards(array)}
+                  for box, buffer in owned_shards(array)}
         result[key] = HostShards(torch.Size(tensor.shape), tensor.dtype, pieces)
     return result
 
@@ -81,7 +81,7 @@ class LoadTarget:
     def of(cls, tensor: torch.Tensor) -> LoadTarget:
         layout = device_data.target_layout(tensor)
         shape = tuple(tensor.shape)
-        boxes = transfer.local_regions(layout, shape)
+        boxes = local_regions(layout, shape)
         buffers = {offsets(b): torch.empty(sizes(b), dtype=tensor.dtype) for b in boxes}
         return cls(tensor, layout, buffers, sum(math.prod(sizes(b)) for b in boxes))
 
@@ -100,7 +100,7 @@ class LoadTarget:
         """Swap the filled buffers into the tensor, as device data laid out as ``layout``."""
         hosts = {start: transfer.to_numpy(buf) for start, buf in self.buffers.items()}
         dtype = transfer.to_numpy(torch.empty(0, dtype=self.tensor.dtype)).dtype
-        array = transfer.assemble(tuple(self.tensor.shape), self.layout, dtype,
+        array = assemble(tuple(self.tensor.shape), self.layout, dtype,
                                   lambda device, box: hosts[offsets(box)])
         device_data.replace_data(self.tensor, array)
         self.buffers.clear()

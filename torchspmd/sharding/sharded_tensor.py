@@ -23,6 +23,7 @@ from torchspmd.jax_setup import device_id
 from torchspmd.lazy.record import meta_of
 from torchspmd.runtime import transfer
 from torchspmd.runtime.execute import materialize
+from torchspmd.runtime.shards import assemble, cropped
 from torchspmd.sharding import state
 from torchspmd.sharding.hlo_text import ShardingType, parse_hlo_text, sharding_to_hlo_text
 from torchspmd.sharding.layout import ShardInfo, pad_shard, shard_layout
@@ -265,11 +266,11 @@ def _assemble(sharding, text: str, shape: tuple[int, ...], dtype,
     """
     placement = state.placement_for(sharding, shape)
     if placement is sharding:  # even tiles: the shards are the device buffers
-        return transfer.assemble(shape, sharding, dtype, lambda d, _: padded[device_id(d)])
+        return assemble(shape, sharding, dtype, lambda d, _: padded[device_id(d)])
     tiles = parse_hlo_text(text).data_tile_dims
     padded_shape = tuple(t * -(-n // t) for n, t in zip(shape, tiles))
-    whole = transfer.assemble(padded_shape, sharding, dtype, lambda d, _: padded[device_id(d)])
-    return transfer.cropped(whole, shape, placement)
+    whole = assemble(padded_shape, sharding, dtype, lambda d, _: padded[device_id(d)])
+    return cropped(whole, shape, placement)
 
 
 def _check_padded(data: torch.Tensor, padded_shape: tuple[int, ...]) -> None:
