@@ -14,7 +14,7 @@ import time
 import torch
 from torch._decomp import core_aten_decompositions, decomposition_table
 
-from torchspmd.device.tensor import SpmdTensor
+from torchspmd.device.tensor import SpmdTensor, check_device_index
 from torchspmd.lazy.annotation import annotation, sharded_value
 from torchspmd.lazy.handle import Handle
 from torchspmd.lazy.node import TENSOR, Node, ScalarSlot, TensorMeta
@@ -281,6 +281,7 @@ def to_cpu(t: SpmdTensor) -> torch.Tensor:
 
 def _to_copy(t, *, dtype=None, layout=None, device=None, pin_memory=None,
              non_blocking=False, memory_format=None):
+    check_device_index(device)
     if device is not None and torch.device(device).type != "spmd":
         out = to_cpu(t) if isinstance(t, SpmdTensor) else t
         return out.to(device=device, dtype=dtype or out.dtype)

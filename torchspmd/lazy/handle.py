@@ -86,6 +86,13 @@ class Handle:
         self._cached_version = self.storage.version
         self._cache(value)
 
+    def hold(self, value: tuple[Node, int]) -> None:
+        """This view now shows ``value``, the same data annotated differently, until its
+        base changes; nothing is written back (a base's data does not change when a view
+        of it is annotated, and an ``expand`` cannot be written through)."""
+        self._cached_version = self.storage.version
+        self._cache(value)
+
     def viewed(self, step, value: tuple[Node, int], meta: TensorMeta) -> "Handle":
         """A handle for the view ``step`` of this tensor, whose value is ``value``."""
         return Handle(self.storage, meta, self.view + (step,), value)

@@ -10,6 +10,7 @@ import numpy as np
 import torch
 
 from torchspmd.jax_setup import devices
+from torchspmd.lowering.xla_shardings import placement_for, replicated_over
 from torchspmd.runtime.metrics import COUNTERS
 
 
@@ -35,20 +36,18 @@ def replicated() -> jax.sharding.Sharding:
 
 @functools.cache
 def replicated_on(ids: tuple[int, ...]) -> jax.sharding.Sharding:
-    """Replicated over the devices ``ids``, in that order.
-
-    Not a ``NamedSharding``: jit lays its outputs out on the mesh of the first input
-    with a named sharding, and a 1-d mesh of all devices cannot express a 2-d mesh's
-    layouts. A mesh-free replicated sharding leaves that choice to the sharded inputs.
-    """
-    from jax._src.sharding_impls import GSPMDSharding  # no public mesh-free equivalent
-
-    return GSPMDSharding.get_replicated(tuple(devices()[i] for i in ids))
+    """Replicated over the devices ``ids``, in that order (a mesh-free sharding: the
+    sharded inputs of a program decide its output layouts)."""
+    return replicated_over(tuple(devices()[i] for i in ids))
 
 
 def upload(host: np.ndarray, sharding: jax.sharding.Sharding | None = None) -> jax.Array:
-    """Put ``host`` on the devices: each device receives only its own shard."""
-    array = jax.device_put(host, sharding or replicated())
+    """Put ``host`` on the devices: each device receives only its own shard.
+
+    Data annotated with an uneven sharding goes replicated on its devices (``placement_for``).
+    """
+    placed = replicated() if sharding is None else placement_for(sharding, host.shape)
+    array = jax.device_put(host, placed)
     COUNTERS["bytes_to_device"] += sum(s.data.nbytes for s in array.addressable_shards)
     return array
 
