@@ -182,11 +182,12 @@ class XLAShardedTensor(SpmdTensor):
             if shard is None:
                 raise RuntimeError("Shards must be provided for all local devices")
             _check_padded(shard.data, info.padded_shape)
+            _check_dtype(shard, self.dtype)
             whole[tuple(info.indices)] = transfer.to_numpy(
                 shard.data)[tuple(slice(0, s.stop - s.start) for s in info.indices)]
         value = state.current_value(self.global_tensor)
         sharding = state.jax_sharding_of(value)
-        placed = transfer.upload(whole, state.placement_for(sharding, whole.shape))
+        placed = transfer.upload(whole, sharding)
         self.global_tensor._h.assign(
             state.new_leaf(meta_of(value), array=placed, sharding=sharding))
         self.invalidate_spec_cache()
@@ -243,6 +244,14 @@ def _refresh(wrapper: XLAShardedTensor) -> XLAShardedTensor:
         with torch._C._DisableTorchDispatch():
             torch.ops.aten.as_strided_.default(wrapper, inner.shape, inner.stride())
     return wrapper
+
+
+def _check_dtype(shard: XLAShard, dtype: torch.dtype) -> None:
+    if shard.data.dtype != dtype:
+        raise RuntimeError(
+            f"load_local_shards_: the shard for {shard.shard_device} is {shard.data.dtype}, the "
+            f"tensor is {dtype}; convert it first (shard.data.to({dtype})) so that no value is "
+            f"rounded or truncated without you asking.")
 
 
 def _check_padded(data: torch.Tensor, padded_shape: tuple[int, ...]) -> None:

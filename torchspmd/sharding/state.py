@@ -23,7 +23,8 @@ import torch
 from jax.sharding import NamedSharding, PartitionSpec
 
 from torchspmd.device.tensor import SpmdTensor
-from torchspmd.lazy.annotation import IDENTITY_OPS, annotation, sharded_value
+from torchspmd.lazy.annotation import (IDENTITY_OPS, annotation, plain_leaf, sharded_value,
+                                       unannotated)
 from torchspmd.lazy.handle import Handle
 from torchspmd.lazy.node import Node
 from torchspmd.lazy.record import leaf_signature, meta_of, record_unary
@@ -118,34 +119,6 @@ def constrained_copy(t: SpmdTensor, sharding: NamedSharding) -> SpmdTensor:
     """
     value = record_unary(SHARDING_CONSTRAINT, t._h.value(), sharding)
     return SpmdTensor(Handle.new(value, meta_of(value)))
-
-
-def unannotated(value: Value) -> Value:
-    """``value``'s data with no annotation of its own.
-
-    Pending constraints on top are dropped; an annotated leaf becomes a plain leaf over
-    the same data. A value XLA laid out (no annotation) is returned as it is.
-
-    >>> get_sharding(b); annotation(unannotated(current_value(b))) is None  # doctest: +SKIP
-    True
-    """
-    node = value[0]
-    while not node.is_leaf and node.sig.op is SHARDING_CONSTRAINT:
-        value = node.inputs[0]
-        node = value[0]
-    if node.is_leaf and annotation(value) is not None:
-        return plain_leaf(value)
-    return value
-
-
-def plain_leaf(value: Value) -> Value:
-    """A new leaf over the data of leaf ``value``, with no annotation and no producing op.
-
-    >>> plain_leaf(current_value(x))  # doctest: +SKIP
-    """
-    node, index = value
-    data = {"host": node.host} if node.host is not None else {"array": node.arrays[index]}
-    return new_leaf(meta_of(value), **data)
 
 
 def annotate(t: SpmdTensor, value: Value) -> None:
