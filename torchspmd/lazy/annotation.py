@@ -11,7 +11,7 @@ import torch
 
 from torchspmd.lazy.handle import Handle
 from torchspmd.lazy.node import Node
-from torchspmd.lazy.record import leaf_signature, meta_of
+from torchspmd.lazy.record import leaf_signature, meta_of, record_unary
 from torchspmd.lowering.annotations import SHARDING_CONSTRAINT
 
 aten = torch.ops.aten
@@ -66,3 +66,11 @@ def plain_leaf(value: tuple[Node, int]) -> tuple[Node, int]:
         [node.arrays[index]])
     leaf.sig = leaf_signature(meta_of(value))
     return (leaf, 0)
+
+
+def keep_annotation(old: tuple[Node, int], new: tuple[Node, int]) -> tuple[Node, int]:
+    """``new`` with the annotation ``old`` had (a write through a view keeps the base's)."""
+    sharding = annotation(peel(old))
+    if sharding is None or annotation(new) is sharding:
+        return new
+    return record_unary(SHARDING_CONSTRAINT, new, sharding)

@@ -58,9 +58,16 @@ def derive(base: tuple[Node, int], base_meta: TensorMeta, steps: tuple) -> tuple
 
 
 def write_back(storage, steps: tuple, new_value: tuple[Node, int]) -> None:
-    """Set ``storage`` to the base value whose view ``steps`` equals ``new_value``."""
+    """Set ``storage`` to the base value whose view ``steps`` equals ``new_value``.
+
+    The base keeps its sharding annotation (as PyTorch/XLA keeps a tensor's sharding
+    through in-place updates of its views).
+    """
+    # Deferred: annotation.py builds on handle.py, which builds on this module.
+    from torchspmd.lazy.annotation import keep_annotation
+
     if any(_name(step) not in _STEPWISE for step in steps):
-        storage.set(_strided_write(storage, steps, new_value))
+        storage.set(keep_annotation(storage.value, _strided_write(storage, steps, new_value)))
         return
     chain = [storage.value]
     for step in steps[:-1]:
@@ -68,7 +75,7 @@ def write_back(storage, steps: tuple, new_value: tuple[Node, int]) -> None:
     value = new_value
     for step, prev in zip(reversed(steps), reversed(chain)):
         value = _inverse(step, prev, value)
-    storage.set(value)
+    storage.set(keep_annotation(chain[0], value))
 
 
 def _name(step: ViewStep) -> str:

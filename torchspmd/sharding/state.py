@@ -125,8 +125,8 @@ def annotate(t: SpmdTensor, value: Value) -> None:
     """Make ``t`` hold ``value``: its current data, annotated differently.
 
     A base (or ``nn.Parameter``/``detach()``, identity views of it) changes its storage's
-    value, so every alias sees the annotation; any other view keeps ``value`` as its own
-    and writes nothing through to its base.
+    value, so every alias sees the annotation; any other view keeps ``value`` as its own,
+    and its annotation when its base changes, and writes nothing through to its base.
 
     >>> annotate(x, constrain(current_value(x), sharding))  # doctest: +SKIP
     """
@@ -134,7 +134,7 @@ def annotate(t: SpmdTensor, value: Value) -> None:
     if all(step.op in IDENTITY_OPS for step in handle.view):
         handle.assign(value)
     else:
-        handle.hold(value)
+        handle.hold(value, annotation(value))
 
 
 def new_leaf(meta, *, host=None, array: jax.Array | None = None,
