@@ -25,9 +25,11 @@ def _step(n: int) -> None:
 
 
 def test_least_recently_used_programs_are_evicted_and_counted(small_cache):
+    _step(101)
+    _step(102)  # the cache now holds exactly these two
     before = torchspmd.metrics()
-    for n in (101, 102, 101, 103):  # 101 was used again: 102 is the one to go
-        _step(n)
+    _step(101)  # used again, so 102 is the least recently used
+    _step(103)
     after = torchspmd.metrics()
     assert after["programs_evicted"] - before["programs_evicted"] == 1
     assert execute.compiled_programs() == 2
