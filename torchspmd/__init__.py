@@ -13,7 +13,7 @@
 
 import torchspmd.jax_setup  # noqa: F401  (must configure JAX before anything uses it)
 from torchspmd.device.backend import device, device_count, register
-from torchspmd.runtime.execute import sync, wait_device_ops
+from torchspmd.runtime.execute import set_compile_cache_size, sync, wait_device_ops
 from torchspmd.runtime.metrics import metrics
 from torchspmd.runtime.metrics import reset as reset_metrics
 from torchspmd.runtime.rng import manual_seed
@@ -26,4 +26,4 @@ import torchspmd.debug  # noqa: E402,F401  (torchspmd.debug.metrics_report() etc
 import torchspmd.distributed  # noqa: E402,F401  (torchspmd.distributed.initialize() etc.)
 
 __all__ = ["device", "device_count", "sync", "wait_device_ops", "metrics", "reset_metrics",
-           "manual_seed", *_sharding_names]
+           "manual_seed", "set_compile_cache_size", *_sharding_names]

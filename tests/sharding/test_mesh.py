@@ -187,7 +187,8 @@ def test_device_ids_must_exist():
 
 
 def test_negative_device_ids_are_rejected():
-    with _raises(f"Device IDs must be less than the global number of devices ({N}), got: [-1  0]"):
+    with _raises(f"Device IDs must be non-negative (indices into jax.devices(), 0 to {N - 1}), "
+                 "got: [-1  0]"):
         Mesh([-1, 0], (2,))
 
 

@@ -14,12 +14,30 @@ import rich.console
 import rich.table
 
 from torchspmd.debug.hlo import collectives, last_hlo
+from torchspmd.device import bounds
 from torchspmd.debug.visualize import visualize_sharding
 from torchspmd.runtime.metrics import metrics
 from torchspmd.sharding.api import get_sharding
 
 __all__ = ["visualize_sharding", "visualize_tensor_sharding", "last_hlo", "collectives",
-           "metrics_report"]
+           "metrics_report", "check_indices"]
+
+
+def check_indices(on: bool = True) -> None:
+    """Make indexing ops raise PyTorch's error for an index out of range (slow: debugging).
+
+    XLA clamps out-of-range reads and drops out-of-range writes; checked, each indexing op
+    (``x[idx]``, ``x[idx] = v``, ``gather``, ``scatter``, ``index_select``, ``embedding``,
+    ``take``, ``index_add_``...) reads its index tensor to the host first. Also on with
+    ``TORCHSPMD_CHECK_INDICES=1`` in the environment.
+
+    Example::
+
+        >>> check_indices(True)
+        >>> torch.zeros(3, device="spmd")[torch.tensor([5], device="spmd")]  # doctest: +SKIP
+        IndexError: index 5 is out of bounds for dimension 0 with size 3
+    """
+    bounds.set_enabled(on)
 
 
 def visualize_tensor_sharding(t, **kwargs) -> rich.table.Table:

@@ -14,8 +14,10 @@ import torch.optim.optimizer as torch_optimizer
 from torch.utils import backend_registration
 
 from torchspmd.device.dispatch import _allocate_handle, _contiguous_strides, _copy_from, dispatch
+from torchspmd.device.guard import DeviceGuard
+from torchspmd.device.guard import install as install_backward_errors
 from torchspmd.lowering import LOWERINGS
-from torchspmd.device.tensor import SpmdTensor
+from torchspmd.device.tensor import SpmdTensor, check_device_index
 from torchspmd.jax_setup import devices
 from torchspmd.lazy.node import TensorMeta
 from torchspmd.runtime import rng
@@ -25,10 +27,12 @@ aten = torch.ops.aten
 
 
 def _empty(size, dtype=None, layout=None, device=None, pin_memory=None, memory_format=None):
+    check_device_index(device)
     return _allocate(tuple(size), None, dtype)
 
 
 def _empty_strided(size, stride, dtype=None, layout=None, device=None, pin_memory=None):
+    check_device_index(device)
     return _allocate(tuple(size), tuple(stride), dtype)
 
 
@@ -65,6 +69,7 @@ def _overload_suffix(op) -> str:
 
 def _record_factory(op):
     def kernel(*args, **kwargs):
+        check_device_index(kwargs.get("device"))
         return dispatch(op, args, kwargs)
 
     return kernel
@@ -120,8 +125,8 @@ def register() -> None:
     torch.utils.generate_methods_for_privateuse1_backend()
     torch._register_device_module("spmd", _device_module())
     torch._C._acc.register_python_privateuseone_hook(backend_registration._DummyPrivateUse1Hook())
-    torch._C._acc.register_python_privateuseone_device_guard(
-        backend_registration._DummyDeviceGuard())
+    torch._C._acc.register_python_privateuseone_device_guard(DeviceGuard())
+    install_backward_errors()
     _LIBRARY = torch.library.Library("aten", "IMPL")
     _LIBRARY.impl("empty.memory_format", _empty, "PrivateUse1")
     _LIBRARY.impl("empty_strided", _empty_strided, "PrivateUse1")

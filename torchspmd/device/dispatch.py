@@ -14,8 +14,9 @@ import time
 import torch
 from torch._decomp import core_aten_decompositions, decomposition_table
 
-from torchspmd.device.tensor import SpmdTensor
-from torchspmd.lazy.annotation import annotation, sharded_value
+from torchspmd.device import bounds
+from torchspmd.device.tensor import SpmdTensor, check_device_index
+from torchspmd.lazy.annotation import annotation, sharded_value, unannotated
 from torchspmd.lazy.handle import Handle
 from torchspmd.lazy.node import TENSOR, Node, ScalarSlot, TensorMeta
 from torchspmd.lazy.record import freeze, leaf_signature, meta_of, record, record_unary
@@ -31,6 +32,8 @@ from torchspmd.runtime.execute import materialize
 from torchspmd.runtime.metrics import COUNTERS
 
 aten = torch.ops.aten
+
+_CHECKED_INDICES = bounds._STATE
 
 _SLOTS = {float: ScalarSlot(float), int: ScalarSlot(int), bool: ScalarSlot(bool)}
 _DROPPED_KWARGS = ("device", "pin_memory", "layout")  # placement is ours to decide
@@ -65,6 +68,8 @@ def _plan(func) -> _Plan:
 
 def dispatch(func, args: tuple, kwargs: dict):
     """Handle one aten call on spmd tensors (``SpmdTensor.__torch_dispatch__``)."""
+    if _CHECKED_INDICES["on"]:  # torchspmd.debug.check_indices(True)
+        bounds.check(func, args, kwargs)
     plan = _plan(func)
     if plan.special is not None:  # may run a graph: not counted as tracing
         return plan.special(*args, **kwargs)
@@ -281,6 +286,7 @@ def to_cpu(t: SpmdTensor) -> torch.Tensor:
 
 def _to_copy(t, *, dtype=None, layout=None, device=None, pin_memory=None,
              non_blocking=False, memory_format=None):
+    check_device_index(device)
     if device is not None and torch.device(device).type != "spmd":
         out = to_cpu(t) if isinstance(t, SpmdTensor) else t
         return out.to(device=device, dtype=dtype or out.dtype)
@@ -293,11 +299,11 @@ def _copy_(dst, src, non_blocking=False):
     if not isinstance(dst, SpmdTensor):
         return dst.copy_(to_cpu(src))
     if isinstance(src, SpmdTensor):
-        value = src._h.value()
+        value = unannotated(src._h.value())  # dst keeps its own annotation, not src's
     else:
         src = src.to(dtype=dst.dtype).expand(dst.shape).contiguous()
         value = _host_value(src)
-    _assign(dst, value)
+    _assign(dst, _keep_annotation(dst, value))
     return dst
 
 

@@ -14,6 +14,24 @@ DEVICE = torch.device("spmd", 0)
 RESIZABLE_BYTES = 1 << 50
 
 
+def check_device_index(device) -> None:
+    """Refuse ``spmd:N`` for N != 0: there is one spmd device, spanning every physical one.
+
+    >>> check_device_index("spmd:3")  # doctest: +SKIP
+    RuntimeError: torchspmd: there is one spmd device, spmd:0 ...
+    """
+    if device is None:
+        return
+    device = torch.device(device)
+    if device.type == DEVICE.type and device.index not in (None, 0):
+        from torchspmd.jax_setup import devices  # the physical devices (for the message)
+
+        raise RuntimeError(
+            f"torchspmd: there is one spmd device, spmd:0, and it spans all "
+            f"{len(devices())} physical devices; got {device}. Use torch.device('spmd') and "
+            f"choose physical devices with a Mesh and mark_sharding(t, mesh, spec).")
+
+
 class SpmdTensor(torch.Tensor):
     """A tensor on ``torch.device("spmd", 0)``; its value is a lazy graph value or device data.
 

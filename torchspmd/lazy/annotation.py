@@ -11,6 +11,7 @@ import torch
 
 from torchspmd.lazy.handle import Handle
 from torchspmd.lazy.node import Node
+from torchspmd.lazy.record import leaf_signature, meta_of, record_unary
 from torchspmd.lowering.annotations import SHARDING_CONSTRAINT
 
 aten = torch.ops.aten
@@ -41,3 +42,35 @@ def annotation(value: tuple[Node, int]):
     if node.sig is not None and node.sig.op is SHARDING_CONSTRAINT:
         return node.sig.template[1]
     return None
+
+
+def unannotated(value: tuple[Node, int]) -> tuple[Node, int]:
+    """``value``'s data with no annotation of its own (what ``copy_`` hands its target).
+
+    Pending constraints on top are dropped; an annotated leaf becomes a plain leaf over
+    the same data. A value XLA laid out (no annotation) is returned as it is.
+    """
+    node = value[0]
+    while not node.is_leaf and node.sig.op is SHARDING_CONSTRAINT:
+        value = node.inputs[0]
+        node = value[0]
+    if node.is_leaf and annotation(value) is not None:
+        return plain_leaf(value)
+    return value
+
+
+def plain_leaf(value: tuple[Node, int]) -> tuple[Node, int]:
+    """A new leaf over the data of leaf ``value``, with no annotation and no producing op."""
+    node, index = value
+    leaf = Node.from_host(node.host) if node.host is not None else Node.from_arrays(
+        [node.arrays[index]])
+    leaf.sig = leaf_signature(meta_of(value))
+    return (leaf, 0)
+
+
+def keep_annotation(old: tuple[Node, int], new: tuple[Node, int]) -> tuple[Node, int]:
+    """``new`` with the annotation ``old`` had (a write through a view keeps the base's)."""
+    sharding = annotation(peel(old))
+    if sharding is None or annotation(new) is sharding:
+        return new
+    return record_unary(SHARDING_CONSTRAINT, new, sharding)

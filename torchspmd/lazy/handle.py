@@ -12,6 +12,8 @@ from __future__ import annotations
 import weakref
 
 from torchspmd.lazy.node import Node, TensorMeta
+from torchspmd.lazy.record import record_unary
+from torchspmd.lowering.annotations import SHARDING_CONSTRAINT
 from torchspmd.lazy.views import derive, write_back
 
 # Storages whose value is still a pending graph, and views whose derived value is:
@@ -43,12 +45,14 @@ class Storage:
 class Handle:
     """A tensor's lazy state: its storage, and the view chain from the storage's base."""
 
-    __slots__ = ("storage", "view", "meta", "_cached", "_cached_version", "__weakref__")
+    __slots__ = ("storage", "view", "meta", "annotation", "_cached", "_cached_version",
+                 "__weakref__")
 
     def __init__(self, storage: Storage, meta: TensorMeta, view: tuple = (), cached=None):
         self.storage = storage
         self.meta = meta
         self.view = view  # () for a base; else a tuple of views.ViewStep
+        self.annotation = None  # a view's own sharding annotation (see ``hold``)
         self._cached_version = storage.version
         self._cache(cached)
 
@@ -74,7 +78,10 @@ class Handle:
             return self.storage.value
         if self._cached is None or self._cached_version != self.storage.version:
             self._cached_version = self.storage.version
-            self._cache(derive(self.storage.value, self.storage.meta, self.view))
+            value = derive(self.storage.value, self.storage.meta, self.view)
+            if self.annotation is not None:
+                value = record_unary(SHARDING_CONSTRAINT, value, self.annotation)
+            self._cache(value)
         return self._cached
 
     def assign(self, value: tuple[Node, int]) -> None:
@@ -83,6 +90,15 @@ class Handle:
             self.storage.set(value)
             return
         write_back(self.storage, self.view, value)
+        self._cached_version = self.storage.version
+        self._cache(value)
+
+    def hold(self, value: tuple[Node, int], annotation) -> None:
+        """This view now shows ``value``: its data, annotated with ``annotation`` (a sharding
+        or None), which the view keeps when its base changes. Nothing is written back: a
+        base's data does not change when a view of it is annotated (and an ``expand``
+        cannot be written through)."""
+        self.annotation = annotation
         self._cached_version = self.storage.version
         self._cache(value)
 

@@ -4,12 +4,21 @@ A view is the chain of view ops from its base. Reading it replays the chain on t
 current value; writing it walks the chain backwards, scattering the new value into each
 intermediate (``slice_scatter``, ``select_scatter``...), which yields the new base value.
 XLA folds the replayed slices and scatters into in-place updates.
+
+A chain with a step that has no such inverse (``expand``: ``x.expand(2, 4)[0].add_(1)``)
+is written back as PyTorch's functionalization does: the final view's size, stride and
+offset in the base's memory are composed (on meta tensors), and the new value is
+``as_strided_scatter``-ed into the base. Only a view whose elements share memory
+(``x.expand(2, 4).add_(1)``) raises PyTorch's error.
 """
 
 from __future__ import annotations
 
+import functools
+import math
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 
 from torchspmd.lazy.node import TENSOR, Node, TensorMeta
@@ -49,25 +58,100 @@ def derive(base: tuple[Node, int], base_meta: TensorMeta, steps: tuple) -> tuple
 
 
 def write_back(storage, steps: tuple, new_value: tuple[Node, int]) -> None:
-    """Set ``storage`` to the base value whose view ``steps`` equals ``new_value``."""
+    """Set ``storage`` to the base value whose view ``steps`` equals ``new_value``.
+
+    The base keeps its sharding annotation (as PyTorch/XLA keeps a tensor's sharding
+    through in-place updates of its views).
+    """
+    # Deferred: annotation.py builds on handle.py, which builds on this module.
+    from torchspmd.lazy.annotation import keep_annotation
+
+    if any(_name(step) not in _STEPWISE for step in steps):
+        storage.set(keep_annotation(storage.value, _strided_write(storage, steps, new_value)))
+        return
     chain = [storage.value]
     for step in steps[:-1]:
         chain.append(apply(step, chain[-1]))
     value = new_value
     for step, prev in zip(reversed(steps), reversed(chain)):
         value = _inverse(step, prev, value)
-    storage.set(value)
+    storage.set(keep_annotation(chain[0], value))
+
+
+def _name(step: ViewStep) -> str:
+    return step.op._schema.name.split("::")[-1]
 
 
 def _inverse(step: ViewStep, prev, value):
     """The new ``prev`` such that ``step(prev) == value``."""
-    name = step.op._schema.name.split("::")[-1]
-    inverse = _INVERSES.get(name)
-    if inverse is None:
+    return _STEPWISE[_name(step)](step, prev, value)
+
+
+def _strided_write(storage, steps: tuple, value: tuple[Node, int]) -> tuple[Node, int]:
+    """The base value after writing ``value`` to the view ``steps`` of ``storage``.
+
+    The view is located in the base's memory (size, stride, offset) and scattered there.
+    """
+    size, stride, offset = _located(storage.meta, steps)
+    if _overlaps(size, stride):
+        raise RuntimeError(
+            "unsupported operation: more than one element of the written-to tensor refers "
+            "to a single memory location. Please clone() the tensor before performing the "
+            "operation.")
+    base, meta = storage.value, storage.meta
+    order = sorted(range(len(meta.shape)), key=lambda d: -meta.stride[d])
+    if _overlaps(meta.shape, meta.stride) or not _dense(meta):
         raise NotImplementedError(
-            f"torchspmd: writing through a view made by aten::{name} is not supported; "
-            f"clone() the view, modify the clone, and copy_() it back.")
-    return inverse(step, prev, value)
+            "torchspmd: writing through this view of a tensor whose memory has gaps is not "
+            "supported; clone() the view, modify the clone, and copy_() it back.")
+    if order != sorted(order):  # memory order differs from dim order: scatter in memory order
+        base = record_unary(aten.permute.default, base, order)
+    base = record_binary(aten.as_strided_scatter.default, base, value, list(size), list(stride),
+                         offset)
+    if order != sorted(order):
+        base = record_unary(aten.permute.default, base, [order.index(d) for d in range(len(order))])
+    return base
+
+
+@functools.lru_cache(maxsize=1024)
+def _located(base_meta: TensorMeta, steps: tuple) -> tuple[tuple, tuple, int]:
+    """Size, stride and storage offset of the view ``steps`` of a ``base_meta`` tensor."""
+    t = torch.empty_strided(base_meta.shape, base_meta.stride, dtype=base_meta.dtype,
+                            device="meta")
+    for step in steps:
+        out = step.op(t, *step.args)
+        t = out[step.index] if isinstance(out, (list, tuple)) else out
+    return tuple(t.shape), tuple(t.stride()), t.storage_offset()
+
+
+def _dense(meta: TensorMeta) -> bool:
+    """Whether ``meta``'s elements fill ``numel`` consecutive memory slots (any dim order)."""
+    expected = 1
+    for size, stride in sorted(zip(meta.shape, meta.stride), key=lambda p: p[1]):
+        if size != 1 and stride != expected:
+            return False
+        expected *= size
+    return True
+
+
+def _overlaps(size, stride) -> bool:
+    """Whether two elements of a (size, stride) view share a memory location."""
+    dims = sorted((st, sz) for sz, st in zip(size, stride) if sz > 1)
+    if any(st == 0 for st, _ in dims):
+        return True
+    reach = 0
+    for st, sz in dims:
+        if st <= reach:
+            break
+        reach += st * (sz - 1)
+    else:
+        return False
+    if math.prod(size) > 1 << 22:  # too large to check element by element: be safe
+        return True
+    offsets = np.zeros((), dtype=np.int64)
+    for sz, st in zip(size, stride):
+        offsets = np.add.outer(offsets, np.arange(sz, dtype=np.int64) * st)
+    return np.unique(offsets).size != offsets.size
 
 
 def _same(step, prev, value):
@@ -124,18 +208,14 @@ def _as_strided_back(step, prev, value):
     return record_binary(aten.as_strided_scatter.default, prev, value, *step.args[:3])
 
 
-def _expand_back(step, prev, value):
-    raise RuntimeError(
-        "unsupported operation: more than one element of the written-to tensor refers to a "
-        "single memory location. Please clone() the tensor before performing the operation.")
-
-
-_INVERSES = {
+# View ops written back one step at a time; any other view (``expand``, ``unfold``...)
+# makes the whole chain be written back through its place in memory (_strided_write).
+_STEPWISE = {
     "alias": _same, "detach": _same, "lift_fresh": _same, "_conj": _same,
     "view": _reshape_back, "_reshape_alias": _reshape_back, "squeeze": _reshape_back,
     "unsqueeze": _reshape_back, "reshape": _reshape_back, "flatten": _reshape_back,
     "permute": _permute_back, "transpose": _transpose_back, "t": _t_back,
     "slice": _slice_back, "select": _select_back,
     "split": _split_back, "split_with_sizes": _split_back, "unbind": _unbind_back,
-    "diagonal": _diagonal_back, "as_strided": _as_strided_back, "expand": _expand_back,
+    "diagonal": _diagonal_back, "as_strided": _as_strided_back,
 }

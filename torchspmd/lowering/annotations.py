@@ -1,7 +1,9 @@
 """Pseudo-ops that carry sharding annotations through the graph.
 
 They are recorded like aten ops (same node, signature and key machinery), and lowered to
-JAX's sharding constraints, which XLA's SPMD partitioner reads.
+JAX's sharding constraints, which XLA's SPMD partitioner reads. A constraint's sharding is
+the annotation the user wrote; what XLA is given for it follows ``xla_shardings``'s rules
+(uneven annotations become replicated, devices go in id order).
 """
 
 from __future__ import annotations
@@ -9,6 +11,7 @@ from __future__ import annotations
 import jax
 
 from torchspmd.lowering.registry import lowers
+from torchspmd.lowering.xla_shardings import constraint_for
 
 
 class AnnotationOp:
@@ -30,7 +33,7 @@ SHARDING_CONSTRAINT = AnnotationOp("sharding_constraint")
 
 @lowers(SHARDING_CONSTRAINT)
 def sharding_constraint(meta, x, sharding):
-    return jax.lax.with_sharding_constraint(x, sharding)
+    return jax.lax.with_sharding_constraint(x, constraint_for(sharding, x.shape))
 
 
 class PairAnnotationOp(AnnotationOp):

@@ -3,17 +3,22 @@
 from __future__ import annotations
 
 import jax
+import torch
 
+from torchspmd.jax_setup import devices
 from torchspmd.lazy.handle import PENDING, PENDING_VIEWS
 from torchspmd.lazy.node import Node
-from torchspmd.lowering.annotations import SHARDING_CONSTRAINT
-from torchspmd.runtime import placement, transfer
+from torchspmd.lowering.annotations import FULL_TO_SHARD, SHARD_TO_FULL, SHARDING_CONSTRAINT
+from torchspmd.runtime import memory, placement, transfer
+from torchspmd.runtime.cache import LRU, programs_capacity_from_env
 from torchspmd.runtime.graph import collect
 from torchspmd.runtime.metrics import COUNTERS
 from torchspmd.runtime.program import Program
 
-# The compile cache (a registry the design names): graph key -> Program.
-_PROGRAMS: dict[tuple, Program] = {}
+# The compile cache (a registry the design names): graph key -> Program, bounded (LRU).
+_PROGRAMS = LRU(programs_capacity_from_env(), evictions="programs_evicted")
+# Per graph key, its independent computations (see ``_Parts``), as many as programs.
+_PARTS = LRU(_PROGRAMS.capacity)
 # The latest program run, for debug.last_hlo() / debug.collectives().
 _LAST: list[Program] = []
 # The latest run's outputs per device set: a device runs programs in order, so waiting
@@ -23,6 +28,9 @@ _IN_FLIGHT: dict[frozenset, list] = {}
 
 def sync(wait: bool = False) -> None:
     """Compile and run every live tensor's pending graph.
+
+    Independent computations run where their own inputs and annotations place them: one
+    program per device set (a training step on one mesh is one program).
 
     Example::
 
@@ -37,54 +45,92 @@ def sync(wait: bool = False) -> None:
     PENDING.clear()
     PENDING_VIEWS.clear()
     roots = sorted(wanted, key=lambda n: n.seq)
-    try:
-        execute(roots, wanted)
-    except placement.MeshMismatchError:
-        # Independent work on two sub-meshes (two models side by side): one graph each.
-        groups = _by_device_set(roots)  # raises again if one computation mixes meshes
-        if len(groups) == 1:
-            raise
-        for group in groups:
-            execute(group, wanted)
+    execute(roots, wanted)
     if wait:
         wait_device_ops()
 
 
-def _by_device_set(roots: list[Node]) -> list[list[Node]]:
-    """``roots`` grouped by the device set their computations run on.
+def set_compile_cache_size(programs: int) -> None:
+    """Keep at most ``programs`` compiled programs (least recently used go first).
 
-    Roots joined by a pending node are one computation and stay in one group, so a
-    computation that really mixes two meshes raises ``MeshMismatchError``.
+    The default is 256, or ``TORCHSPMD_COMPILE_CACHE_SIZE``; ``metrics()["programs_evicted"]``
+    counts the programs dropped. A dropped program is compiled again if its graph recurs
+    (``TORCHSPMD_COMPILATION_CACHE=DIR`` keeps XLA's executables on disk to make that fast).
+
+    Example::
+
+        torchspmd.set_compile_cache_size(64)
     """
-    graph = collect(roots)
-    parent = {n: n for n in graph.nodes}
+    _PROGRAMS.capacity = programs
+    _PARTS.capacity = programs
 
-    def find(n):
-        while parent[n] is not n:
-            parent[n] = parent[parent[n]]
-            n = parent[n]
-        return n
 
-    for node in graph.nodes:
-        for n, _ in node.inputs:
-            if not n.is_leaf:
-                parent[find(n)] = find(node)
-    components: dict[Node, list[Node]] = {}
-    for root in roots:
-        components.setdefault(find(root), []).append(root)
+class _Parts:
+    """A graph's independent computations: the roots, leaves and annotations of each.
+
+    Two roots belong to one computation when a pending node joins them; a shared input
+    does not. Structural, so it is worked out once per graph key.
+    """
+
+    __slots__ = ("roots", "leaves", "annotations")
+
+    def __init__(self, graph):
+        parent = list(range(len(graph.nodes)))
+
+        def find(i: int) -> int:
+            while parent[i] != i:
+                parent[i] = parent[parent[i]]
+                i = parent[i]
+            return i
+
+        for i, codes in enumerate(graph.operands):
+            for code in codes:
+                if code >= 0:
+                    parent[find(code // 4096)] = find(i)
+        position = {n: i for i, n in enumerate(graph.nodes)}
+        ids = {}
+        component = [ids.setdefault(find(position[r]), len(ids)) for r in graph.roots]
+        self.roots = [[] for _ in ids]
+        self.leaves = [set() for _ in ids]
+        self.annotations = [[] for _ in ids]
+        for r, c in enumerate(component):
+            self.roots[c].append(r)
+        for i, (node, codes) in enumerate(zip(graph.nodes, graph.operands)):
+            c = ids.get(find(i))
+            if c is None:
+                continue  # feeds no root (not the case for collected graphs)
+            self.leaves[c].update(~code for code in codes if code < 0)
+            if node.sig.op in (SHARDING_CONSTRAINT, FULL_TO_SHARD, SHARD_TO_FULL):
+                self.annotations[c].append(node.sig.template[1])
+
+
+def _parts(graph) -> _Parts:
+    parts = _PARTS.get(graph.key)
+    if parts is None:
+        parts = _PARTS[graph.key] = _Parts(graph)
+    return parts
+
+
+def _leaf_sharding(leaf: Node, index: int):
+    """Where leaf data is or will be: its arrays' layout, or a host leaf's annotation."""
+    if leaf.host is not None:
+        return leaf.sharding  # None: uploaded replicated on every device
+    return _array(leaf, index).sharding
+
+
+def _placements(graph) -> list[tuple[tuple[int, ...] | None, list[int]]]:
+    """Each device set the graph's computations run on, with the roots (indices) there.
+
+    ``None`` is all devices. Raises ``MeshMismatchError`` for one computation that mixes
+    two device sets.
+    """
+    parts = _parts(graph)
     groups: dict = {}
-    for members in components.values():
-        target = _target(collect(members))
-        groups.setdefault(None if target is None else frozenset(target), []).extend(members)
-    return [sorted(g, key=lambda n: n.seq) for g in groups.values()]
-
-
-def _target(graph) -> tuple[int, ...] | None:
-    """The sub-mesh ``graph`` runs on (``None``: where its inputs are); raises on a mix."""
-    on_device = [_array(leaf, i) for leaf, i in graph.leaves if leaf.host is None]
-    constraints = [n.sig.template[1] for n in graph.nodes if n.sig.op is SHARDING_CONSTRAINT]
-    constraints += [leaf.sharding for leaf, _ in graph.leaves if leaf.host is not None and leaf.sharding]
-    return placement.target_devices(on_device, constraints)
+    for roots, leaves, annotations in zip(parts.roots, parts.leaves, parts.annotations):
+        shardings = [s for s in (_leaf_sharding(*graph.leaves[i]) for i in leaves) if s is not None]
+        target = placement.target_devices(shardings + annotations)
+        groups.setdefault(target, []).extend(roots)
+    return list(groups.items())
 
 
 def materialize(values: list[tuple[Node, int]]) -> list[jax.Array]:
@@ -99,26 +145,65 @@ def materialize(values: list[tuple[Node, int]]) -> list[jax.Array]:
     return result
 
 
+class _Failed:
+    """Stands in for the arrays of a step that could not run: every use raises its error."""
+
+    __slots__ = ("error",)
+
+    def __init__(self, error: BaseException):
+        self.error = error
+
+    def __getattr__(self, name):
+        raise type(self.error)(*self.error.args)
+
+
 def _array(node: Node, index: int) -> jax.Array:
     array = node.arrays[index]
     if array is None:  # sync() returns only outputs live tensors hold: this one had none
         raise RuntimeError(f"torchspmd internal error: output {index} of {node.sig.op} was "
                            "not kept by sync(); please report this with the code that reads it")
+    if type(array) is _Failed:
+        raise type(array.error)(*array.error.args)
     return array
 
 
 def execute(roots: list[Node], wanted: dict | None = None) -> None:
-    """Run the graph of ``roots``; afterwards each root is a leaf holding its arrays."""
+    """Run the graph of ``roots``; afterwards each root is a leaf holding its arrays.
+
+    Independent computations on different device sets run as one program each.
+    """
     if not roots:
         return
     graph = collect(roots, wanted)
-    inputs = _placed_inputs(graph)
+    placements = _placements(graph)
+    if len(placements) > 1:
+        failure = None
+        for _, indices in placements:
+            try:
+                execute([graph.roots[i] for i in indices], wanted)
+            except torch.OutOfMemoryError as error:
+                failure = failure or error
+        if failure is not None:
+            raise failure
+        return
+    target = placements[0][0] if placements else None
+    inputs = _placed_inputs(graph, target)
     program = _PROGRAMS.get(graph.key)
     if program is None:
         program = _PROGRAMS[graph.key] = Program(graph)
     else:
         COUNTERS["cache_hits"] += 1
-    outputs = program.run(graph, inputs)
+    try:
+        outputs = program.run(graph, inputs)
+    except Exception as error:
+        if not (isinstance(error, torch.OutOfMemoryError) or memory.is_out_of_memory(error)):
+            raise
+        if not isinstance(error, torch.OutOfMemoryError):
+            error = memory.out_of_memory(graph, f"XLA could not allocate its memory ({error})")
+        failed = _Failed(error)
+        for root, indices in zip(graph.roots, graph.wanted):
+            root.materialized([failed] * len(root.sig.outputs))
+        raise failed.error from None
     _LAST[:] = [program]
     for root, indices, arrays in zip(graph.roots, graph.wanted, outputs):
         full = [None] * len(root.sig.outputs)
@@ -130,21 +215,18 @@ def execute(roots: list[Node], wanted: dict | None = None) -> None:
         _IN_FLIGHT[frozenset(d.id for d in produced[0].sharding.device_set)] = produced
 
 
-def _placed_inputs(graph) -> list[jax.Array]:
-    """The graph's input arrays, all on the device set the graph runs on."""
-    target = _target(graph)
+def _placed_inputs(graph, target: tuple[int, ...] | None) -> list[jax.Array]:
+    """The graph's input arrays, all over the devices ``target`` (all devices if None), in
+    id order."""
+    ids = target if target is not None else tuple(range(len(devices())))
     for leaf, _ in graph.leaves:
         if leaf.host is not None:
             upload_leaf(leaf)
-    arrays = [_array(leaf, i) for leaf, i in graph.leaves]
-    if target is None:
-        return arrays
-    return [placement.restrict(a, target) if frozenset(placement.device_ids(a.sharding))
-            != frozenset(target) else a for a in arrays]
+    return [placement.place(_array(leaf, i), ids) for leaf, i in graph.leaves]
 
 
 def upload_leaf(leaf: Node, sharding=None) -> None:
-    """Send a host leaf to the devices (with the sharding it was marked with, if any)."""
+    """Send a host leaf to the devices (where the sharding it was marked with places it)."""
     leaf.arrays = [transfer.upload(leaf.host, leaf.sharding or sharding)]
     leaf.host = None
 
@@ -161,5 +243,5 @@ def last_program() -> Program | None:
 
 
 def compiled_programs() -> int:
-    """How many distinct graphs are in the compile cache."""
+    """How many compiled programs the compile cache holds."""
     return len(_PROGRAMS)

@@ -11,6 +11,7 @@ import jax
 from jax.sharding import PartitionSpec
 
 from torchspmd.lowering.annotations import FULL_TO_SHARD, SHARD_TO_FULL
+from torchspmd.lowering.xla_shardings import mesh_in_id_order
 
 
 def manual_steps(steps: list) -> frozenset[int]:
@@ -48,7 +49,7 @@ def run_region(steps, manual, values, operand, lower, step_scalars) -> None:
     entries = [i for i in sorted(manual) if steps[i][0].op is FULL_TO_SHARD]
     body_steps = [i for i in sorted(manual) if steps[i][0].op is not FULL_TO_SHARD]
     exits = [i for i, (sig, _) in enumerate(steps) if sig.op is SHARD_TO_FULL]
-    mesh = steps[entries[0]][0].template[1].mesh
+    mesh = mesh_in_id_order(steps[entries[0]][0].template[1].mesh)  # programs run in id order
     scalars = [step_scalars[i] for i in body_steps]
 
     def body(local_inputs, scalars):

@@ -17,6 +17,7 @@ def reset() -> None:
         compile_time_s=0.0,  # time spent tracing to JAX and compiling with XLA
         bytes_to_device=0,  # host -> device, summed over devices
         bytes_to_host=0,  # device -> host
+        programs_evicted=0,  # compiled programs dropped from the bounded compile cache
     )
 
 

@@ -1,18 +1,25 @@
-"""Where a graph runs: all devices, or the one sub-mesh its inputs and constraints name.
+"""Where a computation runs: all devices, or the one device set its inputs and annotations name.
 
-Unsharded data lives replicated on every device. A graph that touches data or sharding
-constraints on a sub-mesh runs on exactly that sub-mesh; its replicated inputs lend the
-buffers they already have on those devices (no copy, nothing through the host).
-Two different device sets in one graph are refused: which one the user meant is theirs
-to say (reshard with ``mark_sharding`` or ``annotate_custom_sharding``).
+Unsharded data lives replicated on every device. A computation that touches data or
+sharding constraints on a sub-mesh runs on exactly that sub-mesh; its replicated inputs
+lend the buffers they already have on those devices (no copy, nothing through the host).
+Two different device sets in one computation are refused: which one the user meant is
+theirs to say (reshard with ``mark_sharding`` or ``annotate_custom_sharding``).
+
+Placement compares device *sets*. A program runs over its devices in increasing id
+order; inputs laid out over another order of the same devices (a permuted mesh, or an
+array XLA laid out for another program) are re-expressed over that order without a copy
+(``xla_shardings.in_id_order``).
 """
 
 from __future__ import annotations
 
+import functools
+
 import jax
-import numpy as np
 
 from torchspmd.jax_setup import device_id, devices
+from torchspmd.lowering.xla_shardings import in_id_order
 from torchspmd.runtime import transfer
 
 
@@ -20,47 +27,86 @@ class MeshMismatchError(RuntimeError):
     """One computation mixes tensors on different device sets."""
 
 
-def device_ids(sharding: jax.sharding.Sharding) -> tuple[int, ...]:
-    """The sharding's devices in mesh order (a ``NamedSharding``), else in id order."""
-    mesh = getattr(sharding, "mesh", None)
-    if mesh is not None and hasattr(mesh, "devices"):
-        return tuple(device_id(d) for d in np.asarray(mesh.devices).flat)
-    return tuple(device_id(d) for d in sharding._device_assignment)
+@functools.lru_cache(maxsize=4096)
+def device_ids(sharding: jax.sharding.Sharding) -> frozenset[int]:
+    """The ids of the devices ``sharding`` spans.
+
+    >>> sorted(device_ids(transfer.replicated_on((3, 1))))
+    [1, 3]
+    """
+    return frozenset(device_id(d) for d in sharding._device_assignment)
 
 
-def target_devices(arrays: list[jax.Array], constraints: list) -> tuple[int, ...] | None:
-    """The sub-mesh a graph must run on, or ``None`` to run where its inputs are.
+def target_devices(shardings: list) -> tuple[int, ...] | None:
+    """The device set a computation must run on (ids in increasing order), or ``None``
+    when nothing in it names a device set other than all devices.
 
-    ``constraints`` are the shardings the graph's annotations ask for.
+    ``shardings`` are those of its input arrays and of its annotations.
     """
     everything = frozenset(range(len(devices())))
-    found: dict[frozenset, tuple[int, ...]] = {}
+    found: dict[frozenset, object] = {}
     sharded_everywhere = False
-    for sharding in [a.sharding for a in arrays] + list(constraints):
+    for sharding in shardings:
         ids = device_ids(sharding)
-        if frozenset(ids) != everything:
-            found.setdefault(frozenset(ids), ids)
+        if ids != everything:
+            found.setdefault(ids, sharding)
         elif not sharding.is_fully_replicated:
             sharded_everywhere = True
     if len(found) > 1:
-        a, b = list(found.values())[:2]
+        a, b = [_shown_order(s) for s in list(found.values())[:2]]
         raise MeshMismatchError(
-            f"torchspmd: one computation uses tensors on devices {list(a)} and on devices "
-            f"{list(b)}; a computation runs on one set of devices. Move one tensor onto the "
-            f"other's mesh first: clear_sharding(t), then mark_sharding(t, mesh, spec) (its "
-            f"data moves device to device; sync() a pending result before moving it).")
+            f"torchspmd: one computation uses tensors on devices {a} and on devices {b}; "
+            f"a computation runs on one set of devices. Move one tensor onto the other's "
+            f"mesh first: clear_sharding(t), then mark_sharding(t, mesh, spec) (its data "
+            f"moves device to device; sync() a pending result before moving it).")
     if found and sharded_everywhere:
-        (ids,) = found.values()
+        ids = _shown_order(next(iter(found.values())))
         raise MeshMismatchError(
             f"torchspmd: one computation uses tensors sharded over all {len(everything)} "
-            f"devices and tensors on the sub-mesh {list(ids)}. Move one tensor onto the "
+            f"devices and tensors on the sub-mesh {ids}. Move one tensor onto the "
             f"other's mesh first: clear_sharding(t), then mark_sharding(t, mesh, spec).")
-    return next(iter(found.values()), None)
+    return tuple(sorted(next(iter(found)))) if found else None
+
+
+def _shown_order(sharding: jax.sharding.Sharding) -> list[int]:
+    """The device ids of ``sharding`` in its mesh's order (as the user wrote the mesh)."""
+    holders = sharding._device_assignment
+    logical = getattr(sharding, "_logical_device_ids", None)
+    if logical is not None:
+        holders = [holders[i] for i in logical]
+    return [device_id(d) for d in holders]
 
 
 def replicated_on(ids: tuple[int, ...]) -> jax.sharding.Sharding:
     """Replicated over the devices ``ids`` (in that order)."""
     return transfer.replicated_on(tuple(ids))
+
+
+def place(array: jax.Array, ids: tuple[int, ...]) -> jax.Array:
+    """``array`` as an input of a program on the devices ``ids`` (increasing ids).
+
+    Arrays over those devices are re-expressed in id order (no copy); replicated arrays
+    over more devices lend their buffers on ``ids``.
+    """
+    have = device_ids(array.sharding)
+    if have == frozenset(ids):
+        return in_id_order_array(array)
+    return restrict(array, ids)
+
+
+def in_id_order_array(array: jax.Array) -> jax.Array:
+    """``array`` laid out as before, its sharding over its devices in id order (no copy)."""
+    sharding = in_id_order(array.sharding, array.ndim)
+    if sharding is array.sharding:
+        return array
+    return _relabel(array, sharding)
+
+
+def _relabel(array: jax.Array, sharding: jax.sharding.Sharding) -> jax.Array:
+    """The buffers of ``array`` under ``sharding``, which gives each device the same block."""
+    by_device = {s.device: s.data for s in array.addressable_shards}
+    return jax.make_array_from_single_device_arrays(
+        array.shape, sharding, [by_device[d] for d in sharding._addressable_device_assignment])
 
 
 def restrict(array: jax.Array, ids: tuple[int, ...]) -> jax.Array:
@@ -69,13 +115,27 @@ def restrict(array: jax.Array, ids: tuple[int, ...]) -> jax.Array:
     Uses the buffers ``array`` already holds there; copies device to device only for
     devices it does not cover.
     """
-    if frozenset(device_ids(array.sharding)) == frozenset(ids) and array.sharding.is_fully_replicated:
-        return array
+    if device_ids(array.sharding) == frozenset(ids) and array.sharding.is_fully_replicated:
+        return in_id_order_array(array)
     if not array.sharding.is_fully_replicated:
         raise MeshMismatchError(
-            f"torchspmd: a tensor sharded as {array.sharding} cannot join a computation on "
-            f"devices {list(ids)}; reshard it onto that mesh first (mark_sharding).")
+            f"torchspmd: a tensor sharded over devices {sorted(device_ids(array.sharding))} "
+            f"cannot join a computation on devices {list(ids)}; reshard it onto that mesh "
+            f"first (clear_sharding(t), then mark_sharding(t, mesh, spec)).")
     target = replicated_on(ids)
     if target.device_set <= array.sharding.device_set:
         return transfer.restricted(array, target._device_assignment)
     return transfer.reshard(array, target)
+
+
+def reshard(array: jax.Array, sharding: jax.sharding.Sharding) -> jax.Array:
+    """``array``'s data laid out as ``sharding``, moved device to device.
+
+    Any device order on either side: both are put in id order first, where JAX's own
+    reshard is exact (across two orders it drops logical device ids). The result's
+    sharding is ``sharding`` in id order, ready for any program on those devices.
+    """
+    target = in_id_order(sharding, array.ndim)
+    if array.sharding.is_equivalent_to(target, array.ndim):
+        return array
+    return transfer.reshard(in_id_order_array(array), target)

@@ -19,6 +19,7 @@ from torchspmd.lowering.dtypes import to_jax_dtype
 from torchspmd.runtime import transfer
 from torchspmd.runtime.graph import Graph
 from torchspmd.runtime.manual import check_region, manual_steps, run_region
+from torchspmd.runtime.memory import check_fits
 from torchspmd.runtime.metrics import COUNTERS
 
 _KINDS = (float, int, bool)
@@ -53,6 +54,8 @@ class Program:
         # Layouts only: holding the arrays would keep last step's buffers alive.
         self._last_args = ([(a.shape, a.dtype, a.sharding) for a in leaf_arrays], vectors)
         start = time.perf_counter()
+        if not self.compiled_once:  # compiled here and reused by the call below
+            check_fits(self.jitted.lower(leaf_arrays, *vectors).compile(), graph)
         outputs = self.jitted(leaf_arrays, *vectors)
         if not self.compiled_once:
             self.compiled_once = True

@@ -21,6 +21,7 @@ import torch
 from jax.sharding import NamedSharding, PartitionSpec
 
 from torchspmd.jax_setup import devices
+from torchspmd.lowering.xla_shardings import placement_for, replicated_over
 from torchspmd.runtime.metrics import COUNTERS
 
 
@@ -46,25 +47,20 @@ def replicated() -> jax.sharding.Sharding:
 
 @functools.cache
 def replicated_on(ids: tuple[int, ...]) -> jax.sharding.Sharding:
-    """Replicated over the devices ``ids``, in that order.
-
-    Not a ``NamedSharding``: jit lays its outputs out on the mesh of the first input
-    with a named sharding, and a 1-d mesh of all devices cannot express a 2-d mesh's
-    layouts. A mesh-free replicated sharding leaves that choice to the sharded inputs.
-    """
-    from jax._src.sharding_impls import GSPMDSharding  # no public mesh-free equivalent
-
-    return GSPMDSharding.get_replicated(tuple(devices()[i] for i in ids))
+    """Replicated over the devices ``ids``, in that order (a mesh-free sharding: the
+    sharded inputs of a program decide its output layouts)."""
+    return replicated_over(tuple(devices()[i] for i in ids))
 
 
 def upload(host: np.ndarray, sharding: jax.sharding.Sharding | None = None) -> jax.Array:
     """Put ``host`` (the same whole value in every process) on the devices.
 
     Each device receives only its own shard, and each process sends only the shards of
-    its own devices.
+    its own devices. Data annotated with an uneven sharding goes replicated on its
+    devices (``placement_for``).
     """
-    sharding = sharding or replicated()
-    array = jax.make_array_from_callback(host.shape, sharding,
+    placed = replicated() if sharding is None else placement_for(sharding, host.shape)
+    array = jax.make_array_from_callback(host.shape, placed,
                                          lambda index: np.asarray(host[index]), dtype=host.dtype)
     COUNTERS["bytes_to_device"] += sum(s.data.nbytes for s in array.addressable_shards)
     return array

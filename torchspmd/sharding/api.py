@@ -21,12 +21,13 @@ from torch.utils._pytree import tree_flatten, tree_unflatten
 from torchspmd.device.tensor import SpmdTensor
 from torchspmd.lazy.handle import Handle
 from torchspmd.lazy.node import TENSOR
-from torchspmd.lazy.record import meta_of, record
-from torchspmd.lowering.annotations import SHARD_ALIKE, SHARDING_CONSTRAINT
+from torchspmd.lazy.record import record
+from torchspmd.lowering.annotations import SHARD_ALIKE
 from torchspmd.sharding import state
 from torchspmd.sharding.hlo_text import REPLICATED_TEXT, spec_to_hlo_text
 from torchspmd.sharding.mesh import Mesh
-from torchspmd.sharding.partition_spec import PartitionSpec, check_rank, named_sharding
+from torchspmd.sharding.arguments import check_mesh, check_spec
+from torchspmd.sharding.partition_spec import PartitionSpec, named_sharding
 from torchspmd.sharding.sharded_tensor import XLAShardedTensor
 
 __all__ = [
@@ -44,8 +45,12 @@ __all__ = [
 ]
 
 
-def _check_rank(t: torch.Tensor, partition_spec: PartitionSpec) -> None:
-    check_rank(partition_spec, t.dim())
+def _checked(t, mesh, partition_spec, caller: str):
+    """The spmd tensor, mesh and partition spec of a sharding call, each checked."""
+    tensor = state.as_spmd_tensor(t, caller)
+    mesh = check_mesh(mesh, caller)
+    check_spec(partition_spec, tensor.dim(), caller)
+    return tensor, mesh
 
 
 def mark_sharding(t: torch.Tensor | XLAShardedTensor, mesh: Mesh,
@@ -65,12 +70,11 @@ def mark_sharding(t: torch.Tensor | XLAShardedTensor, mesh: Mesh,
         >>> xst.sharding_spec
         '{devices=[2,4]0,1,2,3,4,5,6,7}'
     """
-    tensor = state.as_spmd_tensor(t)
-    _check_rank(tensor, partition_spec)
+    tensor, mesh = _checked(t, mesh, partition_spec, "mark_sharding")
     sharding = named_sharding(mesh, partition_spec)
     value = state.current_value(tensor)
     if not value[0].is_leaf:
-        tensor._h.assign(state.constrain(value, sharding))
+        state.annotate(tensor, state.constrain(value, sharding))
     else:
         _mark_data(tensor, value, sharding, spec_to_hlo_text(mesh, partition_spec, tensor.dim()))
     return wrap_as_sharded_tensor(t, mesh.mesh_shape, partition_spec, mesh=mesh)
@@ -108,17 +112,17 @@ def annotate_custom_sharding(t: torch.Tensor | XLAShardedTensor, mesh: Mesh,
         >>> annotate_custom_sharding(w, mesh, (None, "tp"))   # all-gather over fsdp
         >>> y = x @ w
     """
-    tensor = state.as_spmd_tensor(t)
-    _check_rank(tensor, partition_spec)
+    tensor, mesh = _checked(t, mesh, partition_spec, "annotate_custom_sharding")
     sharding = named_sharding(mesh, partition_spec)
-    tensor._h.assign(state.constrain(state.current_value(tensor), sharding))
+    state.annotate(tensor, state.constrain(state.current_value(tensor), sharding))
     return wrap_as_sharded_tensor(t, mesh.mesh_shape, partition_spec, mesh=mesh)
 
 
 def clear_sharding(t: torch.Tensor | XLAShardedTensor) -> torch.Tensor:
     """Drop ``t``'s annotation (its spec becomes ``''``); returns the plain tensor.
 
-    Device data stays where it is; a later ``mark_sharding`` with any spec is allowed.
+    Every annotation goes (``mark_sharding``'s and ``annotate_custom_sharding``'s alike);
+    device data stays where it is; a later ``mark_sharding`` with any spec is allowed.
 
     Example::
 
@@ -126,16 +130,13 @@ def clear_sharding(t: torch.Tensor | XLAShardedTensor) -> torch.Tensor:
         >>> get_sharding(x)
         ''
     """
-    tensor = state.as_spmd_tensor(t)
+    tensor = state.as_spmd_tensor(t, "clear_sharding")
     value = state.current_value(tensor)
-    node, _ = value
-    if not node.is_leaf:
-        if node.sig.op is SHARDING_CONSTRAINT:
-            tensor._h.assign(node.inputs[0])
-    elif state.current_text(tensor) != "":
-        # A new leaf over the same data, with no annotation and no producing op.
-        data = {"host": node.host} if node.host is not None else {"array": node.arrays[value[1]]}
-        tensor._h.assign(state.new_leaf(meta_of(value), **data))
+    cleared = state.unannotated(value)
+    if cleared[0].is_leaf and state.jax_sharding_of(cleared) is not None:
+        cleared = state.plain_leaf(cleared)  # computed data: XLA's layout is not kept either
+    if cleared != value:
+        state.annotate(tensor, cleared)
     if isinstance(t, XLAShardedTensor):
         t.mesh_shape = t.partition_spec = t.mesh = None
         t.invalidate_spec_cache()
@@ -235,7 +236,7 @@ def mark_sharding_with_gradients(t: torch.Tensor, mesh: Mesh,
         >>> get_sharding(x.grad) == get_sharding(y)
         True
     """
-    _check_rank(t, partition_spec)
+    _checked(t, mesh, partition_spec, "mark_sharding_with_gradients")
     return MarkShardingFunction.apply(t, mesh, partition_spec)
 
 

@@ -18,18 +18,33 @@ from torchspmd.lowering.annotations import FULL_TO_SHARD, SHARD_TO_FULL
 from torchspmd.sharding import state
 from torchspmd.sharding.api import mark_sharding, wrap_as_sharded_tensor
 from torchspmd.sharding.mesh import Mesh, get_global_mesh
-from torchspmd.sharding.partition_spec import PartitionSpec, check_rank, named_sharding
+from torchspmd.sharding.arguments import check_mesh, check_spec
+from torchspmd.sharding.partition_spec import PartitionSpec, named_sharding
 from torchspmd.sharding.sharded_tensor import XLAShardedTensor
 
 __all__ = ["enable_manual_sharding", "disable_manual_sharding", "_mark_manual_sharding"]
 
 
-def _mesh_or_global(mesh: Mesh | None) -> Mesh:
-    mesh = mesh or get_global_mesh()
+def _mesh_or_global(mesh: Mesh | None, caller: str) -> Mesh:
+    mesh = mesh if mesh is not None else get_global_mesh()
     if mesh is None:
         raise ValueError("No mesh is provided and no global mesh is set. Pass mesh= or call "
                          "set_global_mesh(mesh).")
-    return mesh
+    return check_mesh(mesh, caller)
+
+
+def _region_entry(value):
+    """The ``full_to_shard`` node a local block ``value`` was computed from, or None."""
+    seen, stack = set(), [value[0]]
+    while stack:
+        node = stack.pop()
+        if node in seen or node.is_leaf:
+            continue
+        seen.add(node)
+        if node.sig.op is FULL_TO_SHARD:
+            return node
+        stack.extend(n for n, _ in node.inputs)
+    return None
 
 
 def _reshaped(value, sharding, op, shape) -> SpmdTensor:
@@ -49,9 +64,9 @@ def enable_manual_sharding(t: torch.Tensor, partition_spec: PartitionSpec, *,
         >>> local.shape
         torch.Size([8, 1])
     """
-    mesh = _mesh_or_global(mesh)
+    mesh = _mesh_or_global(mesh, "enable_manual_sharding")
     mark_sharding(t, mesh, partition_spec)
-    inner = state.as_spmd_tensor(t)
+    inner = state.as_spmd_tensor(t, "enable_manual_sharding")
     sharding = named_sharding(mesh, partition_spec)
     try:
         local_shape = sharding.shard_shape(tuple(inner.shape))
@@ -73,12 +88,35 @@ def disable_manual_sharding(t: torch.Tensor, partition_spec: PartitionSpec,
         >>> y = disable_manual_sharding(local * 2, (0, 1), (8, 8), mesh=mesh)
         >>> torch.equal(y.cpu(), x.cpu() * 2)
         True
+
+    The spec may differ from ``enable_manual_sharding``'s (as ``shard_map``'s out_specs
+    may differ from its in_specs), but the mesh must be the region's, and ``t``'s shape
+    must be ``full_shape`` divided by the spec's tiling; otherwise this raises.
     """
-    mesh = _mesh_or_global(mesh)
-    inner = state.as_spmd_tensor(t)
-    check_rank(partition_spec, len(full_shape))
+    mesh = _mesh_or_global(mesh, "disable_manual_sharding")
+    inner = state.as_spmd_tensor(t, "disable_manual_sharding")
+    full_shape = tuple(int(d) for d in full_shape)
+    check_spec(partition_spec, len(full_shape), "disable_manual_sharding")
     sharding = named_sharding(mesh, partition_spec)
-    return wrap_as_sharded_tensor(_reshaped(inner._h.value(), sharding, SHARD_TO_FULL, full_shape))
+    value = inner._h.value()
+    entry = _region_entry(value)
+    if entry is None:
+        raise RuntimeError("disable_manual_sharding: the tensor is not manual sharded (not a "
+                           "local block computed from enable_manual_sharding's result)")
+    if entry.sig.template[1].mesh != sharding.mesh:
+        raise ValueError("disable_manual_sharding: mesh must be the one the region was "
+                         "entered with (enable_manual_sharding's mesh)")
+    try:
+        local = sharding.shard_shape(full_shape)
+    except ValueError:
+        local = None
+    if local != tuple(inner.shape):
+        raise ValueError(
+            f"disable_manual_sharding: local blocks of shape {tuple(inner.shape)} do not make a "
+            f"{full_shape} tensor under spec {tuple(partition_spec)}: each block would be "
+            f"{local if local is not None else 'uneven'}. Pass the spec and full shape the "
+            f"blocks were cut with (usually enable_manual_sharding's).")
+    return wrap_as_sharded_tensor(_reshaped(value, sharding, SHARD_TO_FULL, full_shape))
 
 
 def _mark_manual_sharding(t: torch.Tensor) -> torch.Tensor:
@@ -87,7 +125,7 @@ def _mark_manual_sharding(t: torch.Tensor) -> torch.Tensor:
     Device data raises as in the reference; here the supported way in is
     :func:`enable_manual_sharding`.
     """
-    inner = state.as_spmd_tensor(t)
+    inner = state.as_spmd_tensor(t, "_mark_manual_sharding")
     if inner._h.value()[0].is_leaf:
         raise RuntimeError("Marking any data tensors as manual is not supported")
     raise NotImplementedError("torchspmd: use enable_manual_sharding(t, partition_spec, "

@@ -74,8 +74,8 @@ class Mesh:
         axis_names: Sequence[str] | None = None,
     ):
         ids = np.array(device_ids)
-        shape = tuple(int(s) for s in mesh_shape)
-        names = tuple(axis_names) if axis_names is not None else None
+        shape = _mesh_shape(mesh_shape)
+        names = _axis_names(axis_names)
         _validate(ids, shape, names)
         ids = ids.astype(np.int64).reshape(-1)
         # Shared and hashed: an in-place edit would corrupt caches and equality.
@@ -227,10 +227,46 @@ class Mesh:
             return value
 
 
+def _mesh_shape(mesh_shape: Any) -> tuple[int, ...]:
+    """``mesh_shape`` as a tuple of ints >= 1, or a TypeError/ValueError saying what is wrong."""
+    if isinstance(mesh_shape, (str, bytes)) or not hasattr(mesh_shape, "__iter__"):
+        raise TypeError(f"Mesh: mesh_shape must be a sequence of ints, one per mesh axis, e.g. "
+                        f"(2, 4) or (8,); got {mesh_shape!r}")
+    shape = tuple(mesh_shape)
+    if not all(isinstance(s, (int, np.integer)) and not isinstance(s, bool) for s in shape):
+        raise TypeError(f"Mesh: mesh_shape entries must be ints, got {shape!r}")
+    shape = tuple(int(s) for s in shape)
+    if any(s < 1 for s in shape):
+        raise ValueError(f"Mesh: every mesh_shape entry must be >= 1, got {shape}")
+    return shape
+
+
+def _axis_names(axis_names: Any) -> tuple[str, ...] | None:
+    """``axis_names`` as a tuple of strings (or None)."""
+    if axis_names is None:
+        return None
+    if isinstance(axis_names, str) or not hasattr(axis_names, "__iter__"):
+        raise TypeError(f"Mesh: axis_names must be a sequence of strings, one per mesh axis, "
+                        f"e.g. ('data', 'model'); got {axis_names!r}")
+    names = tuple(axis_names)
+    if not all(isinstance(n, str) for n in names):
+        raise TypeError(f"Mesh: axis names must be strings, got {names!r} (an int name would "
+                        f"be ambiguous with a mesh axis index in partition specs)")
+    return names
+
+
 def _validate(ids: np.ndarray, shape: tuple[int, ...], names: tuple[str, ...] | None) -> None:
     """PyTorch/XLA's checks, in its order, relaxed to allow sub-meshes (spec §1.3, §4.7)."""
     n_global = _global_device_count()
     assert n_global > 0, "This requires XLA supported device(s)."
+    if ids.size == 0:
+        raise ValueError("Mesh: a mesh needs at least one device; device_ids is empty")
+    if ids.dtype.kind not in "iu":
+        raise TypeError(f"Mesh: device_ids must be ints (indices into jax.devices()), got "
+                        f"{ids.reshape(-1).tolist()!r}")
+    assert (ids >= 0).all(), (
+        f"Device IDs must be non-negative (indices into jax.devices(), 0 to {n_global - 1}), "
+        f"got: {ids}")
     assert len(ids) <= n_global, (
         f"Number of device IDs ({len(ids)}) must be less than or equal to the global "
         f"number of devices ({n_global})"
@@ -258,6 +294,10 @@ def set_global_mesh(mesh: Mesh | None) -> None:
 
     >>> set_global_mesh(get_1d_mesh("data"))
     """
+    if mesh is not None and not isinstance(mesh, Mesh):
+        raise TypeError(f"set_global_mesh: mesh must be a torchspmd Mesh or None, got "
+                        f"{type(mesh).__qualname__}. Build one with Mesh(device_ids, "
+                        f"mesh_shape, axis_names).")
     global _GLOBAL_MESH
     _GLOBAL_MESH = mesh
 

@@ -194,6 +194,7 @@ class XLAShardedTensor(SpmdTensor):
             if shard is None:
                 raise RuntimeError("Shards must be provided for all local devices")
             _check_padded(shard.data, info.padded_shape)
+            _check_dtype(shard, self.dtype)
             padded[info.device_id] = transfer.to_numpy(shard.data)
         value = state.current_value(self.global_tensor)
         sharding = state.jax_sharding_of(value)
@@ -271,6 +272,14 @@ def _assemble(sharding, text: str, shape: tuple[int, ...], dtype,
     padded_shape = tuple(t * -(-n // t) for n, t in zip(shape, tiles))
     whole = assemble(padded_shape, sharding, dtype, lambda d, _: padded[device_id(d)])
     return cropped(whole, shape, placement)
+
+
+def _check_dtype(shard: XLAShard, dtype: torch.dtype) -> None:
+    if shard.data.dtype != dtype:
+        raise RuntimeError(
+            f"load_local_shards_: the shard for {shard.shard_device} is {shard.data.dtype}, the "
+            f"tensor is {dtype}; convert it first (shard.data.to({dtype})) so that no value is "
+            f"rounded or truncated without you asking.")
 
 
 def _check_padded(data: torch.Tensor, padded_shape: tuple[int, ...]) -> None:

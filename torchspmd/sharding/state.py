@@ -10,9 +10,9 @@ A tensor's value (``t._h``) is one of:
 Leaves are never edited in place: a copy of a tensor (``b.copy_(a)``) may share ``a``'s
 leaf, so a new leaf is made and assigned to the one tensor being annotated.
 
-JAX cannot hold an array whose dims do not divide evenly into its tiles. Such a
-sharding is kept as the leaf's annotation while the data lives replicated on the
-sharding's devices; ``local_shards`` then cuts the padded shards from it (spec §4.6).
+An uneven annotation (dims its tiles do not divide) is kept as the tensor's annotation
+while the data lives replicated on the sharding's devices (``xla_shardings.placement_for``);
+``local_shards`` then cuts the padded shards from it (spec §4.6).
 """
 
 from __future__ import annotations
@@ -23,12 +23,15 @@ import torch
 from jax.sharding import NamedSharding, PartitionSpec
 
 from torchspmd.device.tensor import SpmdTensor
-from torchspmd.lazy.annotation import annotation, sharded_value
+from torchspmd.lazy.annotation import (IDENTITY_OPS, annotation, plain_leaf, sharded_value,
+                                       unannotated)
 from torchspmd.lazy.handle import Handle
 from torchspmd.lazy.node import Node
 from torchspmd.lazy.record import leaf_signature, meta_of, record_unary
 from torchspmd.lowering.annotations import FULL_TO_SHARD, SHARDING_CONSTRAINT
-from torchspmd.runtime import transfer
+from torchspmd.lowering.xla_shardings import is_divisible, placement_for
+from torchspmd.runtime import placement
+from torchspmd.sharding.arguments import spmd_tensor
 from torchspmd.sharding.hlo_text import MANUAL_TEXT, sharding_to_hlo_text
 
 __all__ = [
@@ -41,22 +44,22 @@ __all__ = [
     "constrained_copy",
     "is_divisible",
     "placement_for",
+    "annotate",
+    "unannotated",
+    "plain_leaf",
     "new_leaf",
     "replace_leaf",
 ]
 
 Value = tuple[Node, int]
 
-def as_spmd_tensor(t: torch.Tensor) -> SpmdTensor:
+def as_spmd_tensor(t: torch.Tensor, caller: str = "mark_sharding") -> SpmdTensor:
     """The spmd device tensor behind ``t`` (an ``XLAShardedTensor``'s global tensor).
 
     >>> as_spmd_tensor(torch.ones(2))  # doctest: +SKIP
     RuntimeError: Expected XLA tensor (an spmd tensor). Got: torch.FloatTensor
     """
-    inner = getattr(t, "global_tensor", t)
-    if not isinstance(inner, SpmdTensor):
-        raise RuntimeError(f"Expected XLA tensor (an spmd tensor). Got: {inner.type()}")
-    return inner
+    return spmd_tensor(t, caller)
 
 
 def current_value(t: SpmdTensor) -> Value:
@@ -118,31 +121,20 @@ def constrained_copy(t: SpmdTensor, sharding: NamedSharding) -> SpmdTensor:
     return SpmdTensor(Handle.new(value, meta_of(value)))
 
 
-def is_divisible(sharding: jax.sharding.Sharding, shape: tuple[int, ...]) -> bool:
-    """Whether JAX can hold a ``shape`` array laid out as ``sharding`` (even tiles).
+def annotate(t: SpmdTensor, value: Value) -> None:
+    """Make ``t`` hold ``value``: its current data, annotated differently.
 
-    >>> is_divisible(named_sharding(get_1d_mesh("x"), ("x",)), (9,))  # doctest: +SKIP
-    False
+    A base (or ``nn.Parameter``/``detach()``, identity views of it) changes its storage's
+    value, so every alias sees the annotation; any other view keeps ``value`` as its own,
+    and its annotation when its base changes, and writes nothing through to its base.
+
+    >>> annotate(x, constrain(current_value(x), sharding))  # doctest: +SKIP
     """
-    try:
-        sharding.shard_shape(shape)
-        return True
-    except ValueError:  # jax's IndivisibleError
-        return False
-
-
-def placement_for(sharding: jax.sharding.Sharding, shape: tuple[int, ...]) -> jax.sharding.Sharding:
-    """Where data annotated with ``sharding`` is stored: there, or replicated on its devices.
-
-    >>> placement_for(named_sharding(get_1d_mesh("x"), ("x",)), (9,)).spec  # doctest: +SKIP
-    PartitionSpec()
-    """
-    if is_divisible(sharding, shape):
-        return sharding
-    if isinstance(sharding, NamedSharding):
-        return NamedSharding(sharding.mesh, PartitionSpec())
-    devices = np.array(list(sharding._device_assignment))
-    return NamedSharding(jax.sharding.Mesh(devices, ("_replicas",)), PartitionSpec())
+    handle = t._h
+    if all(step.op in IDENTITY_OPS for step in handle.view):
+        handle.assign(value)
+    else:
+        handle.hold(value, annotation(value))
 
 
 def new_leaf(meta, *, host=None, array: jax.Array | None = None,
@@ -168,16 +160,10 @@ def replace_leaf(t: SpmdTensor, value: Value, sharding: jax.sharding.Sharding | 
     node, index = value
     meta = meta_of(value)
     if node.host is not None:
-        if sharding is not None and not is_divisible(sharding, meta.shape):
-            # The core uploads host leaves with their sharding as is: store it replicated now.
-            array = transfer.upload(node.host, placement_for(sharding, meta.shape))
-            t._h.assign(new_leaf(meta, array=array, sharding=sharding))
-        else:
-            t._h.assign(new_leaf(meta, host=node.host, sharding=sharding))
-        return
-    array = node.arrays[index]
-    if sharding is not None:
-        target = placement_for(sharding, meta.shape)
-        if not array.sharding.is_equivalent_to(target, len(meta.shape)):
-            array = transfer.reshard(array, target)
-    t._h.assign(new_leaf(meta, array=array, sharding=sharding))
+        leaf = new_leaf(meta, host=node.host, sharding=sharding)
+    else:
+        array = node.arrays[index]
+        if sharding is not None:
+            array = placement.reshard(array, placement_for(sharding, meta.shape))
+        leaf = new_leaf(meta, array=array, sharding=sharding)
+    annotate(t, leaf)
