@@ -265,16 +265,6 @@ def test_inplace_add_keeps_sharding():
     torch.testing.assert_close(x.cpu(), cpu + 1)
 
 
-def test_copy_takes_the_source_sharding():
-    cpu = torch.randn(8, 8)
-    src = _sharded_after_sync(cpu)
-    dst = torch.zeros(8, 8).to("spmd")
-    dst.copy_(src)
-    torchspmd.sync()
-    assert get_sharding(dst) == TILED_2x4
-    torch.testing.assert_close(dst.cpu(), cpu)
-
-
 def test_uneven_dim_keeps_annotation_and_values():
     cpu = torch.arange(9.0)
     x = cpu.to("spmd")

@@ -1,6 +1,14 @@
-"""sync: compile (or find in the cache) and run the pending graph; results become data."""
+"""sync: compile (or find in the cache) and run the pending graph; results become data.
+
+Independent computations of one graph run where their own inputs and annotations place
+them (``placement``), as one program per device set. A program that cannot fit in device
+memory is refused before it runs (``memory``); the values of that step then raise that
+error when read.
+"""
 
 from __future__ import annotations
+
+import weakref
 
 import jax
 import torch
@@ -17,8 +25,8 @@ from torchspmd.runtime.program import Program
 
 # The compile cache (a registry the design names): graph key -> Program, bounded (LRU).
 _PROGRAMS = LRU(programs_capacity_from_env(), evictions="programs_evicted")
-# Per graph key, its independent computations (see ``_Parts``), as many as programs.
-_PARTS = LRU(_PROGRAMS.capacity)
+# A program's graph's independent computations (``_Parts``), kept while the program is.
+_PARTS: "weakref.WeakKeyDictionary[Program, _Parts]" = weakref.WeakKeyDictionary()
 # The latest program run, for debug.last_hlo() / debug.collectives().
 _LAST: list[Program] = []
 # The latest run's outputs per device set: a device runs programs in order, so waiting
@@ -62,14 +70,13 @@ def set_compile_cache_size(programs: int) -> None:
         torchspmd.set_compile_cache_size(64)
     """
     _PROGRAMS.capacity = programs
-    _PARTS.capacity = programs
 
 
 class _Parts:
     """A graph's independent computations: the roots, leaves and annotations of each.
 
     Two roots belong to one computation when a pending node joins them; a shared input
-    does not. Structural, so it is worked out once per graph key.
+    does not. Structural, so it is worked out once per compiled program.
     """
 
     __slots__ = ("roots", "leaves", "annotations")
@@ -104,13 +111,6 @@ class _Parts:
                 self.annotations[c].append(node.sig.template[1])
 
 
-def _parts(graph) -> _Parts:
-    parts = _PARTS.get(graph.key)
-    if parts is None:
-        parts = _PARTS[graph.key] = _Parts(graph)
-    return parts
-
-
 def _leaf_sharding(leaf: Node, index: int):
     """Where leaf data is or will be: its arrays' layout, or a host leaf's annotation."""
     if leaf.host is not None:
@@ -118,13 +118,12 @@ def _leaf_sharding(leaf: Node, index: int):
     return _array(leaf, index).sharding
 
 
-def _placements(graph) -> list[tuple[tuple[int, ...] | None, list[int]]]:
+def _placements(graph, parts: _Parts) -> list[tuple[tuple[int, ...] | None, list[int]]]:
     """Each device set the graph's computations run on, with the roots (indices) there.
 
     ``None`` is all devices. Raises ``MeshMismatchError`` for one computation that mixes
     two device sets.
     """
-    parts = _parts(graph)
     groups: dict = {}
     for roots, leaves, annotations in zip(parts.roots, parts.leaves, parts.annotations):
         shardings = [s for s in (_leaf_sharding(*graph.leaves[i]) for i in leaves) if s is not None]
@@ -175,7 +174,11 @@ def execute(roots: list[Node], wanted: dict | None = None) -> None:
     if not roots:
         return
     graph = collect(roots, wanted)
-    placements = _placements(graph)
+    program = _PROGRAMS.get(graph.key)
+    parts = _PARTS.get(program) if program is not None else None
+    if parts is None:
+        parts = _Parts(graph)
+    placements = _placements(graph, parts)
     if len(placements) > 1:
         failure = None
         for _, indices in placements:
@@ -188,9 +191,9 @@ def execute(roots: list[Node], wanted: dict | None = None) -> None:
         return
     target = placements[0][0] if placements else None
     inputs = _placed_inputs(graph, target)
-    program = _PROGRAMS.get(graph.key)
     if program is None:
         program = _PROGRAMS[graph.key] = Program(graph)
+        _PARTS[program] = parts
     else:
         COUNTERS["cache_hits"] += 1
     try:

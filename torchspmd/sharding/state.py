@@ -18,9 +18,8 @@ while the data lives replicated on the sharding's devices (``xla_shardings.place
 from __future__ import annotations
 
 import jax
-import numpy as np
 import torch
-from jax.sharding import NamedSharding, PartitionSpec
+from jax.sharding import NamedSharding
 
 from torchspmd.device.tensor import SpmdTensor
 from torchspmd.lazy.annotation import (IDENTITY_OPS, annotation, plain_leaf, sharded_value,
