@@ -73,7 +73,7 @@ def test_independent_work_on_one_mesh_is_one_program():
     mark_sharding(x, MESH, ("x", None))
     torchspmd.sync()
     before = torchspmd.metrics()["executions"]
-    a, b, c = x * 2, x.sum(), torch.ones(3).to(DEV) + 1  # three independent computations
+    _a, _b, c = x * 2, x.sum(), torch.ones(3).to(DEV) + 1  # three independent computations
     torchspmd.sync()
     assert torchspmd.metrics()["executions"] == before + 1
     assert c.cpu().tolist() == [2.0, 2.0, 2.0]

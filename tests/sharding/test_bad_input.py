@@ -62,7 +62,7 @@ def test_set_global_mesh_rejects_what_is_not_a_mesh():
 
 @pytest.mark.parametrize("device", ["spmd:3", "spmd:1"])
 def test_a_device_index_other_than_zero_is_refused(device):
-    with pytest.raises(RuntimeError, match=re.escape(f"one spmd device, spmd:0") + ".*" +
+    with pytest.raises(RuntimeError, match=re.escape("one spmd device, spmd:0") + ".*" +
                        re.escape(f"got {device}")):
         torch.ones(2).to(device)
     with pytest.raises(RuntimeError, match="one spmd device"):

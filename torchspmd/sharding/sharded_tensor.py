@@ -23,9 +23,9 @@ from torchspmd.jax_setup import device_id
 from torchspmd.lazy.record import meta_of
 from torchspmd.runtime import transfer
 from torchspmd.runtime.execute import materialize
-from torchspmd.runtime.shards import assemble, cropped
+from torchspmd.runtime.shards import assemble, cropped, region
 from torchspmd.sharding import state
-from torchspmd.sharding.hlo_text import ShardingType, parse_hlo_text, sharding_to_hlo_text
+from torchspmd.sharding.hlo_text import ShardingType, parse_hlo_text
 from torchspmd.sharding.layout import ShardInfo, pad_shard, shard_layout
 
 __all__ = ["XLAShard", "XLAShardedTensor"]
@@ -160,14 +160,28 @@ class XLAShardedTensor(SpmdTensor):
         return shards
 
     def _device_buffers(self, array: jax.Array, text: str):
-        """A function ShardInfo -> numpy data of that (local) shard, unpadded."""
-        per_device = {device_id(s.device): s.data for s in array.addressable_shards}
-        if sharding_to_hlo_text(array.sharding, array.ndim) == text:
-            # The buffers really are laid out as reported: read each device's own.
-            return lambda info: transfer.read_local(per_device[info.device_id])
-        # An uneven annotation kept replicated (see ``state``): cut shards from a local copy.
-        whole = transfer.read_local(next(iter(per_device.values()))) if per_device else None
-        return lambda info: whole if info.indices is Ellipsis else whole[tuple(info.indices)]
+        """A function ShardInfo -> numpy data of that (local) shard, unpadded.
+
+        A device's own buffer is used only where it holds exactly the shard's region: the
+        same sharding text can be laid over the devices in another order (a sub-mesh whose
+        ids are permuted) and an uneven annotation keeps the data replicated (see
+        ``state``); any other shard is cut from a copy of the whole value.
+        """
+        shape = tuple(array.shape)
+        held = array.sharding.addressable_devices_indices_map(shape)
+        per_device = {device_id(s.device): s for s in array.addressable_shards}
+        whole: list[np.ndarray] = []
+
+        def read(info: ShardInfo) -> np.ndarray:
+            wanted = region((slice(None),) * len(shape) if info.indices is Ellipsis
+                            else tuple(info.indices), shape)
+            shard = per_device.get(info.device_id)
+            if shard is not None and region(held[shard.device], shape) == wanted:
+                return transfer.read_local(shard.data)
+            if not whole:
+                whole.append(transfer.download(array))
+            return whole[0][tuple(slice(a, b) for a, b in wanted)]
+        return read
 
     def load_local_shards_(self, shards: list[XLAShard]) -> None:
         """Replace the data with ``shards`` (padded, one per local device), keeping the sharding.
