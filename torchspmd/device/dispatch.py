@@ -345,6 +345,32 @@ def _lift_fresh(t):
     return t
 
 
+def _clone(t, *, memory_format=None):
+    """A copy that shows ``t``'s sharding at once, as PyTorch/XLA's ``clone`` copies the spec.
+
+    The copy is constrained to ``t``'s annotation, or to the layout XLA gave ``t`` when it
+    was computed, so ``get_sharding(t.clone())`` (and ``copy.deepcopy``) equals
+    ``get_sharding(t)`` before anything runs.
+    """
+    kwargs = {} if memory_format is None else {"memory_format": memory_format}
+    node = _record(aten.clone.default, (t,), kwargs)
+    value = (node, 0)
+    sharding = _layout(sharded_value(t._h))
+    if sharding is not None and len(sharding.device_set) > 1:
+        value = record_unary(SHARDING_CONSTRAINT, value, sharding)
+    return SpmdTensor(Handle.new(value, node.sig.outputs[0]))
+
+
+def _layout(value: tuple[Node, int]):
+    """``value``'s annotation, else the layout XLA computed it in, else None."""
+    sharding = annotation(value)
+    node, index = value
+    if sharding is None and node.arrays is not None and node.sig is not None \
+            and node.sig.op is not None:
+        sharding = node.arrays[index].sharding
+    return sharding
+
+
 def _resize_(t, size, memory_format=None):
     if tuple(size) == tuple(t.shape):
         return t
@@ -385,6 +411,7 @@ _SPECIAL = {
     aten.equal.default: _equal,
     aten.allclose.default: _allclose,
     aten.lift_fresh.default: _lift_fresh,
+    aten.clone.default: _clone,
     aten.native_batch_norm.default: _native_batch_norm,
     aten.resize_.default: _resize_,
 }

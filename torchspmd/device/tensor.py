@@ -6,6 +6,8 @@ and ``Module.to`` work above it as on any device.
 
 from __future__ import annotations
 
+import copy
+
 import torch
 
 from torchspmd.lazy.handle import Handle
@@ -95,6 +97,11 @@ class SpmdTensor(torch.Tensor):
     def __deepcopy__(self, memo):
         if id(self) in memo:
             return memo[id(self)]
-        copy = self.detach().clone().requires_grad_(self.requires_grad)
-        memo[id(self)] = copy
-        return copy
+        result = self.detach().clone().requires_grad_(self.requires_grad)
+        memo[id(self)] = result
+        # Other Python state travels too, as with torch.Tensor's deepcopy: a Parameter's
+        # flag (``nn.Parameter`` of a subclass is the subclass with ``_is_param``) first.
+        for name, value in self.__dict__.items():
+            if name != "_h":
+                setattr(result, name, copy.deepcopy(value, memo))
+        return result
