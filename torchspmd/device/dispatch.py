@@ -417,6 +417,16 @@ _SPECIAL = {
 }
 
 
+def register_handler(op, handler) -> None:
+    """Make ``handler(*args, **kwargs)`` run ``op`` on spmd tensors (for custom ops).
+
+    Lets a package above this one (``sharding/``) implement its own ops without this
+    module importing it. Example: ``register_handler(torch.ops.ns.op.default, fn)``.
+    """
+    _SPECIAL[op] = handler
+    _PLANS.pop(op, None)
+
+
 # --- decompositions --------------------------------------------------------------------
 
 # PyTorch's core-ATen decompositions first; its wider table for ops outside the core set.

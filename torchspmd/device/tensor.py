@@ -94,6 +94,13 @@ class SpmdTensor(torch.Tensor):
 
         return to_cpu(self).detach().requires_grad_(self.requires_grad).__reduce_ex__(protocol)
 
+    def __coerce_same_metadata_as_tangent__(self, expected_metadata, expected_type=None):
+        """AOTAutograd's check of a gradient's type: spmd tensors are this device's plain
+        tensors (not traceable subclasses), so one stands for an expected ``torch.Tensor``."""
+        if expected_metadata is None and expected_type in (None, torch.Tensor):
+            return self
+        return None
+
     def __deepcopy__(self, memo):
         if id(self) in memo:
             return memo[id(self)]
