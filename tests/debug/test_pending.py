@@ -1,6 +1,7 @@
 """debug.pending_hlo / propagated_shardings: what XLA will be given, before anything runs."""
 
 import numpy as np
+import pytest
 import torch
 
 import torchspmd
@@ -86,3 +87,18 @@ def test_propagated_shardings_run_nothing():
 def test_data_reports_its_current_sharding():
     x = _sharded_input()
     assert propagated_shardings([x, x + 1])[0] == get_sharding(x) == ROWS
+
+
+def test_a_sub_mesh_intermediate_reports_the_sub_meshs_real_ids():
+    sub = Mesh([5, 4, 7, 6], (4,), ("x",))
+    x = torch.randn(8, 4).to(DEV)
+    mark_sharding(x, sub, ("x", None))
+    assert propagated_shardings([x * 2]) == ["{devices=[4,1]5,4,7,6}"]
+
+
+def test_tensors_on_two_device_sets_are_refused_with_the_fix():
+    sub = Mesh([5, 4, 7, 6], (4,), ("x",))
+    a = torch.randn(8, 4).to(DEV)
+    mark_sharding(a, sub, ("x", None))
+    with pytest.raises(NotImplementedError, match="one set at a time"):
+        pending_hlo([a * 2, _sharded_input() * 2])

@@ -24,7 +24,8 @@ import torch
 from torchspmd.jax_setup import devices
 from torchspmd.lazy.node import Node
 from torchspmd.lowering.xla_shardings import in_id_order, placement_for
-from torchspmd.runtime import execute, placement
+from torchspmd.lowering.annotations import FULL_TO_SHARD, SHARD_TO_FULL, SHARDING_CONSTRAINT
+from torchspmd.runtime import placement
 from torchspmd.runtime.graph import Graph, collect
 from torchspmd.runtime.metrics import COUNTERS
 from torchspmd.runtime.program import _KINDS, _VECTOR_DTYPES, Program
@@ -34,6 +35,7 @@ from torchspmd.sharding.hlo_text import sharding_to_hlo_text
 __all__ = ["pending_hlo", "propagated_shardings"]
 
 Value = tuple[Node, int]
+_ANNOTATIONS = (SHARDING_CONSTRAINT, FULL_TO_SHARD, SHARD_TO_FULL)
 
 
 def _values(tensors: Sequence[torch.Tensor], caller: str) -> list[Value]:
@@ -54,14 +56,22 @@ def _graph(values: list[Value]) -> Graph | None:
 
 
 def _device_ids(graph: Graph) -> tuple[int, ...]:
-    """The devices the graph would run on (as ``sync`` places it)."""
-    placements = execute._placements(graph, execute._Parts(graph))
-    if len(placements) > 1:
-        sets = ", ".join(str(list(ids) if ids else "all") for ids, _ in placements)
+    """The devices the graph would run on: those its inputs and annotations name."""
+    shardings = []
+    for node, index in graph.leaves:
+        if node.host is not None:
+            if node.sharding is not None:
+                shardings.append(node.sharding)
+        else:
+            shardings.append(node.arrays[index].sharding)
+    shardings += [node.sig.template[1] for node in graph.nodes if node.sig.op in _ANNOTATIONS]
+    try:
+        ids = placement.target_devices(shardings)
+    except placement.MeshMismatchError as error:
         raise NotImplementedError(
-            f"torchspmd.debug: these tensors' pending work runs as {len(placements)} programs "
-            f"(device sets {sets}); ask for the tensors of one device set at a time.")
-    ids = placements[0][0] if placements else None
+            f"torchspmd.debug: these tensors' pending work spans several device sets ({error}) "
+            "and would run as one program per set; ask for the tensors of one set at a "
+            "time.") from None
     return ids if ids is not None else tuple(range(len(devices())))
 
 
@@ -107,7 +117,9 @@ def pending_hlo(tensors: Sequence[torch.Tensor]) -> str:
     The module is what ``sync()`` would hand XLA for them, before partitioning: inputs
     carry their layouts (``sharding={...}`` on each parameter) and every
     ``mark_sharding``/``annotate_custom_sharding`` on a pending value is a
-    ``Sharding`` custom call. ``''`` when every tensor already holds data.
+    ``Sharding`` custom call. ``''`` when every tensor already holds data. As in any
+    compiled program, device ids in the module are positions in the program's device
+    list (its devices in increasing id order); ``propagated_shardings`` shows real ids.
 
     Example::
 

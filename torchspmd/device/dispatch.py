@@ -362,11 +362,15 @@ def _clone(t, *, memory_format=None):
 
 
 def _layout(value: tuple[Node, int]):
-    """``value``'s annotation, else the layout XLA computed it in, else None."""
+    """``value``'s annotation, else the sharded layout XLA computed it in, else None.
+
+    A computed value XLA left replicated gives none: constraining its copy would only
+    keep XLA from choosing a better layout for the copy.
+    """
     sharding = annotation(value)
     node, index = value
     if sharding is None and node.arrays is not None and node.sig is not None \
-            and node.sig.op is not None:
+            and node.sig.op is not None and not node.arrays[index].sharding.is_fully_replicated:
         sharding = node.arrays[index].sharding
     return sharding
 
