@@ -74,3 +74,8 @@ def test_eager_mark_sharding_function_shows_the_spec_and_matches_cpu():
 def test_a_cpu_tensor_is_refused_with_pytorch_xlas_message():
     with pytest.raises(RuntimeError, match="Expected XLA tensor"):
         MarkShardingFunction.apply(A, MESH, ("x", None))
+
+
+def test_a_spec_of_the_wrong_rank_is_refused_before_tracing():
+    with pytest.raises(AssertionError, match="Partition spec length"):
+        MarkShardingFunction.apply(A.to(DEV), MESH, ("x",))

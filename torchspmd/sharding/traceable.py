@@ -22,6 +22,7 @@ import torch
 from torchspmd.device.dispatch import register_handler
 from torchspmd.device.tensor import SpmdTensor
 from torchspmd.sharding import state
+from torchspmd.sharding.arguments import check_mesh, check_spec
 from torchspmd.sharding.mesh import Mesh
 from torchspmd.sharding.partition_spec import PartitionSpec, named_sharding
 
@@ -68,4 +69,6 @@ def constraint_op(t: torch.Tensor, mesh: Mesh, partition_spec: PartitionSpec) ->
         >>> get_sharding(y)
         '{devices=[8,1]0,1,2,3,4,5,6,7}'
     """
+    check_mesh(mesh, "MarkShardingFunction")
+    check_spec(partition_spec, t.dim(), "MarkShardingFunction")
     return torch.ops.torchspmd.sharding_constraint(t, str(mesh), repr(tuple(partition_spec)))
