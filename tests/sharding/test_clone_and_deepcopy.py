@@ -80,3 +80,13 @@ def test_changing_the_clone_leaves_the_source_unchanged():
     y.add_(1)
     assert torch.equal(x.cpu(), CPU) and torch.equal(y.cpu(), CPU + 1)
     assert get_sharding(y) == TILED
+
+
+def test_deepcopy_keeps_a_tensors_gradient_and_drops_a_parameters_as_on_cpu():
+    cpu_t, cpu_p = CPU.clone().requires_grad_(), nn.Parameter(CPU.clone())
+    dev_t, dev_p = CPU.to(DEV).requires_grad_(), nn.Parameter(CPU.to(DEV))
+    for t, p in ((cpu_t, cpu_p), (dev_t, dev_p)):
+        (t * 2 + p * 3).sum().backward()
+    copied_t, copied_p = copy.deepcopy(dev_t), copy.deepcopy(dev_p)
+    assert copy.deepcopy(cpu_p).grad is None and copied_p.grad is None
+    torch.testing.assert_close(copied_t.grad.cpu(), copy.deepcopy(cpu_t).grad)

@@ -106,6 +106,9 @@ class SpmdTensor(torch.Tensor):
             return memo[id(self)]
         result = self.detach().clone().requires_grad_(self.requires_grad)
         memo[id(self)] = result
+        if self.grad is not None and not getattr(self, "_is_param", False):
+            # torch.Tensor's deepcopy keeps the gradient; nn.Parameter's drops it.
+            result.grad = copy.deepcopy(self.grad, memo)
         # Other Python state travels too, as with torch.Tensor's deepcopy: a Parameter's
         # flag (``nn.Parameter`` of a subclass is the subclass with ``_is_param``) first.
         for name, value in self.__dict__.items():
