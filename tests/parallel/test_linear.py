@@ -7,6 +7,7 @@ the output and the input's gradient keep the input's sharding.
 """
 
 import numpy as np
+import pytest
 import torch
 from torch import nn
 
@@ -91,3 +92,24 @@ def test_patched_model_trains_like_the_cpu_model():
         torchspmd.sync()
     for p_cpu, p_dev in zip(cpu.parameters(), dev.parameters()):
         torch.testing.assert_close(p_dev.cpu(), p_cpu.detach())
+
+
+def _autocast_works() -> bool:
+    try:
+        with torch.autocast("spmd", dtype=torch.bfloat16):
+            torch.ones(2, device=DEV).to(torch.float32)
+        return True
+    except Exception:  # torch.autocast("spmd") needs the device's AMP support (issue 11 §2)
+        return False
+
+
+@pytest.mark.skipif(not _autocast_works(), reason="torch.autocast('spmd') is not available yet")
+def test_under_autocast_computes_in_the_autocast_dtype_like_cpu_linear():
+    cpu, dev = _layer_pair()
+    a = _input()
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        expected = cpu(a)
+    with torch.autocast("spmd", dtype=torch.bfloat16):
+        y = xs.xla_patched_nn_linear_forward(dev, a.to(DEV))
+    assert y.dtype == expected.dtype == torch.bfloat16
+    torch.testing.assert_close(y.cpu(), expected.detach())

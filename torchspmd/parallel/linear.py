@@ -61,6 +61,12 @@ class XLAPatchedLinear(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, input: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
+        if input.device.type == "spmd" and torch.is_autocast_enabled("spmd"):
+            # As F.linear under autocast (PyTorch/XLA's custom_fwd(cast_inputs=...)):
+            # the einsum op is not an autocast op itself, so cast its inputs here.
+            dtype = torch.get_autocast_dtype("spmd")
+            input, weight = input.to(dtype), weight.to(dtype)
+            bias = None if bias is None else bias.to(dtype)
         ctx.save_for_backward(input, weight, bias)
         out = torch.ops.torchspmd.einsum("...n,mn->...m", input, weight)
         return out if bias is None else out + bias
