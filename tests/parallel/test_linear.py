@@ -112,4 +112,5 @@ def test_under_autocast_computes_in_the_autocast_dtype_like_cpu_linear():
     with torch.autocast("spmd", dtype=torch.bfloat16):
         y = xs.xla_patched_nn_linear_forward(dev, a.to(DEV))
     assert y.dtype == expected.dtype == torch.bfloat16
-    torch.testing.assert_close(y.cpu(), expected.detach())
+    # CPU adds the bias before rounding to bf16 (addmm), the einsum after: 1 bf16 ulp apart.
+    torch.testing.assert_close(y.cpu(), expected.detach(), atol=4e-3, rtol=1.6e-2)
