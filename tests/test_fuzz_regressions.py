@@ -3,10 +3,12 @@ to its few lines and compared with CPU PyTorch."""
 
 from __future__ import annotations
 
+import pytest
 import torch
 
 import torchspmd
-from torchspmd.sharding import Mesh, annotate_custom_sharding, get_sharding
+from torchspmd.runtime.placement import MeshMismatchError
+from torchspmd.sharding import Mesh, annotate_custom_sharding, get_sharding, mark_sharding
 
 DEV = torchspmd.device()
 PERMUTED = Mesh([1, 2, 4, 5, 0, 6, 3, 7], (8,), ("data",))
@@ -29,3 +31,14 @@ def test_a_broadcasting_copy_into_an_annotated_tensor_keeps_its_annotation():
     x.copy_(torch.tensor([3, 4]).to(DEV))
     assert x.cpu().tolist() == [[3, 4]] * 5
     assert get_sharding(x) == "{devices=[1,8]7,5,3,6,4,1,2,0}"
+
+
+def test_annotating_sub_mesh_work_replicated_over_all_devices_is_a_mesh_mismatch():
+    # A replicated annotation over all devices was ignored by placement, and JAX raised
+    # "Received incompatible devices for jitted computation".
+    x = torch.arange(8.).to(DEV)
+    mark_sharding(x, Mesh([3, 1, 7], (3,)), (0,))
+    y = x * 2
+    mark_sharding(y, Mesh(list(range(8)), (2, 4)), (None,))
+    with pytest.raises(MeshMismatchError, match="sub-mesh"):
+        y.cpu()
