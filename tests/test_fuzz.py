@@ -17,7 +17,7 @@ from torchspmd.testing.fuzz.runner import INTERNAL, OK, USER, WRONG, run_source
 
 SEED = 20261125
 CHUNKS = 4
-PER_CHUNK = 15
+PER_CHUNK = 12
 
 
 @pytest.mark.parametrize("chunk", range(CHUNKS))

@@ -136,7 +136,9 @@ def reduction(b) -> None:
     if _float(v):
         choices += [f"{x}.mean({d})", f"{x}.mean()"]
         if small(v):
-            choices += [f"{x}.logsumexp({d})", f"{x}.var({d})"]
+            choices.append(f"{x}.logsumexp({d})")
+            if v.dim() and v.shape[d] > 1:  # var of one element is NaN, with a warning
+                choices.append(f"{x}.var({d})")
     if exact(v) and v.numel() > 0:
         choices += [f"{x}.argmax({d})", f"{x}.argmin()", f"{x}.max({d}).indices"]
     if small(v, 4) and v.numel() <= 64:
