@@ -42,3 +42,12 @@ def test_annotating_sub_mesh_work_replicated_over_all_devices_is_a_mesh_mismatch
     mark_sharding(y, Mesh(list(range(8)), (2, 4)), (None,))
     with pytest.raises(MeshMismatchError, match="sub-mesh"):
         y.cpu()
+
+
+def test_a_broadcasting_copy_into_a_reshaped_view_writes_its_base():
+    # The broadcast source kept expand's zero strides and could not be reshaped back.
+    x = torch.arange(6.).to(DEV) - 3
+    view = x.reshape(2, 3)
+    view.copy_(torch.ones(3).to(DEV))
+    assert view.cpu().tolist() == [[1.0] * 3] * 2
+    assert x.cpu().tolist() == [1.0] * 6

@@ -253,7 +253,9 @@ def _assign(target, value) -> None:
         value = (record(aten._to_copy.default, (TENSOR,), (("dtype", handle.meta.dtype),),
                         (value,), (meta,)), 0)
     if meta.shape != handle.meta.shape:
-        value = (record(aten.expand.default, (TENSOR, handle.meta.shape), (), (value,),
+        # expand_copy, not expand: the value must be dense, as a view of it may be
+        # written back through a reshape (`x.reshape(2, 3).copy_(row)`).
+        value = (record(aten.expand_copy.default, (TENSOR, handle.meta.shape), (), (value,),
                         (meta_of(value),)), 0)
     # Annotated after the broadcast: the target's spec has the target's rank.
     handle.assign(_keep_annotation(target, value))

@@ -5,10 +5,12 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+from pathlib import Path
 
 import torch
 
-from torchspmd.testing.fuzz.report import FAILURES, fuzz
+from torchspmd.testing.fuzz.report import (FAILURES, fuzz, load_repro, minimize, repro_script,
+                                           run_program)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -20,10 +22,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--shrink", action="store_true",
                         help="minimize each failing program before writing its repro")
     parser.add_argument("--only", type=int, help="run (and shrink) just this program index")
+    parser.add_argument("--shrink-file", help="minimize the program of this repro script "
+                        "(written by an earlier run) and rewrite the script")
     parser.add_argument("--verbose", action="store_true", help="print every outcome")
     args = parser.parse_args(argv)
     torch.set_num_threads(1)  # XLA's CPU threads and torch's fight on small hosts
     began = time.time()
+    if args.shrink_file:
+        program = load_repro(args.shrink_file)
+        program, outcome = minimize(program, run_program(program))
+        Path(args.shrink_file).write_text(repro_script(program, outcome))
+        print(f"{outcome.kind}: {outcome.detail.strip().splitlines()[0] if outcome.detail else ''}")
+        print(program.source)
+        return 0
     if args.only is not None:
         args.start, args.programs = args.only, 1
     counts = fuzz(args.programs, args.seed, args.out, args.start, args.verbose, args.shrink)

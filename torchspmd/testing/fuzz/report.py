@@ -73,6 +73,15 @@ def minimize(program: Program, outcome: Outcome) -> tuple[Program, Outcome]:
     return program, outcome
 
 
+def load_repro(path: str | Path) -> Program:
+    """The program of a repro script written by :func:`repro_script`."""
+    text = Path(path).read_text()
+    source = text[text.index("def program("):text.index('if __name__ == "__main__":')].strip()
+    seed, index = (int(n) for n in re.search(r"seed (\d+), program (\d+)", text).groups())
+    mixes = "mixes_device_sets=True" in text
+    return Program(seed, index, source + "\n", mixes)
+
+
 def _reproduces(path: Path) -> bool:
     """Whether the repro script fails on its own, in a fresh process."""
     done = subprocess.run([sys.executable, str(path)], capture_output=True, timeout=600)
