@@ -205,7 +205,7 @@ def _mutate(func, schema, args, kwargs):
     for target, value in zip(targets, values[len(extra):]):
         if schema.mutated_kw and meta_of(value).shape != tuple(target.shape):
             _resize(target, meta_of(value))  # out= tensors take the result's shape
-        _assign(target, _keep_annotation(target, value))
+        _assign(target, value)
     if extra:
         return _shape_result(func, [SpmdTensor(Handle.new(v, meta_of(v))) for v in extra])
     return _shape_result(func, targets) if _return_form(func) != "none" else None
@@ -242,7 +242,8 @@ def _keep_annotation(target, value):
 
 
 def _assign(target, value) -> None:
-    """Write ``value`` into ``target`` (cast to its dtype as PyTorch's in-place ops do)."""
+    """Write ``value`` into ``target`` (cast to its dtype and broadcast to its shape as
+    PyTorch's in-place ops do); ``target`` keeps its sharding annotation."""
     if not isinstance(target, SpmdTensor):
         target.copy_(to_cpu_value(value))
         return
@@ -252,9 +253,12 @@ def _assign(target, value) -> None:
         value = (record(aten._to_copy.default, (TENSOR,), (("dtype", handle.meta.dtype),),
                         (value,), (meta,)), 0)
     if meta.shape != handle.meta.shape:
-        value = (record(aten.expand.default, (TENSOR, handle.meta.shape), (), (value,),
+        # expand_copy, not expand: the value must be dense, as a view of it may be
+        # written back through a reshape (`x.reshape(2, 3).copy_(row)`).
+        value = (record(aten.expand_copy.default, (TENSOR, handle.meta.shape), (), (value,),
                         (meta_of(value),)), 0)
-    handle.assign(value)
+    # Annotated after the broadcast: the target's spec has the target's rank.
+    handle.assign(_keep_annotation(target, value))
 
 
 def _inplace_view(func, args, kwargs):
@@ -303,7 +307,7 @@ def _copy_(dst, src, non_blocking=False):
     else:
         src = src.to(dtype=dst.dtype).expand(dst.shape).contiguous()
         value = _host_value(src)
-    _assign(dst, _keep_annotation(dst, value))
+    _assign(dst, value)
     return dst
 
 
