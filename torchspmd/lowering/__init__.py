@@ -1,7 +1,7 @@
 """aten -> JAX lowerings: importing this package fills ``registry.LOWERINGS``."""
 
 from torchspmd.lowering import (activations, annotations, conv, elementwise,  # noqa: F401
-                                factory, foreach, indexing, linalg, nn, normalization,
+                                factory, fft, foreach, indexing, linalg, nn, normalization,
                                 random, reductions, shape)
 from torchspmd.lowering.registry import LOWERINGS, RANDOM_OPS, lowers
 
