@@ -2,7 +2,8 @@
 
 from torchspmd.lowering import (activations, annotations, bessel, conv,  # noqa: F401
                                 elementwise, factory, fft, foreach, indexing, linalg, nn,
-                                normalization, random, reductions, shape)
+                                normalization, orthogonal_polynomials, random, reductions,
+                                shape)
 from torchspmd.lowering.registry import LOWERINGS, RANDOM_OPS, lowers
 
 __all__ = ["LOWERINGS", "RANDOM_OPS", "lowers"]
