@@ -1,0 +1,78 @@
+"""Linear-algebra ops that run on the spmd device as compositions of other ops.
+
+PyTorch's C++ kernels for these compose other aten ops; doing the same here (instead of
+one lowering each) keeps two things exactly as on CPU:
+
+- **Errors.** ``_linalg_check_errors`` reads a factorization's ``info`` on the host (one
+  sync, as on CUDA) and raises CPU PyTorch's own error (``torch.linalg.inv`` of a
+  singular matrix, ``torch.linalg.cholesky`` of one that is not positive-definite).
+  The ``*_ex`` variants never sync: they return ``info``.
+- **Which matrix is factored.** ``linalg.solve``, ``det`` and ``slogdet`` factor ``A.mT``
+  when ``A`` is contiguous and real, ``A`` otherwise; their backward formulas make the same
+  choice when they reuse the returned ``LU``, so it must be made the same way here.
+
+Example: ``torch.linalg.det(a)`` on an spmd tensor records ``linalg_lu_factor_ex`` of
+``a.mT``, then the product of the LU diagonal times the permutation's sign.
+"""
+
+import torch
+
+aten = torch.ops.aten
+
+
+def _linalg_check_errors(info, api_name: str, *, is_matrix: bool) -> None:
+    torch._linalg_check_errors(info.cpu(), api_name, is_matrix=is_matrix)
+
+
+def _cholesky(self, upper: bool = False):
+    low, info = torch.linalg.cholesky_ex(self, upper=upper)
+    torch._linalg_check_errors(info, "cholesky", is_matrix=self.dim() == 2)
+    return low
+
+
+def _factor(A):
+    """``(LU, pivots, info, use_A_T)``: the LU factorization PyTorch's kernels make of ``A``."""
+    use_A_T = A.is_contiguous() and not A.is_complex()
+    LU, pivots, info = torch.linalg.lu_factor_ex(A.mT if use_A_T else A)
+    return LU, pivots, info, use_A_T
+
+
+def _permutation_sign(pivots):
+    """``det(P)`` of the row interchanges ``pivots``: -1 for an odd number of swaps."""
+    n = pivots.shape[-1]
+    swaps = (torch.arange(1, n + 1, dtype=pivots.dtype, device=pivots.device) != pivots).sum(-1)
+    return 1 - 2 * (swaps % 2)
+
+
+def _linalg_solve_ex(A, B, *, left: bool = True, check_errors: bool = False):
+    LU, pivots, info, use_A_T = _factor(A)
+    if check_errors:
+        torch._linalg_check_errors(info, "torch.linalg.solve_ex", is_matrix=A.dim() == 2)
+    # numpy's rule: B is a (batch of) vector(s) when it has one dim fewer than A.
+    vector = B.dim() == 1 or (B.dim() == A.dim() - 1 and B.shape == A.shape[:-1])
+    result = torch.linalg.lu_solve(LU, pivots, B.unsqueeze(-1) if vector else B, left=left,
+                                   adjoint=use_A_T)
+    return result.squeeze(-1) if vector else result, LU, pivots, info
+
+
+def _linalg_det(A):
+    LU, pivots, _, _ = _factor(A)
+    det = _permutation_sign(pivots) * LU.diagonal(0, -2, -1).prod(-1)
+    return det, LU, pivots
+
+
+def _linalg_slogdet(A):
+    LU, pivots, _, _ = _factor(A)
+    diag = LU.diagonal(0, -2, -1)
+    sign = _permutation_sign(pivots) * diag.sgn().prod(-1)
+    return sign, diag.abs().log().sum(-1), LU, pivots
+
+
+# aten overload -> the function dispatch runs instead of recording the op.
+LINALG_COMPOSITES = {
+    aten._linalg_check_errors.default: _linalg_check_errors,
+    aten.cholesky.default: _cholesky,
+    aten._linalg_solve_ex.default: _linalg_solve_ex,
+    aten._linalg_det.default: _linalg_det,
+    aten._linalg_slogdet.default: _linalg_slogdet,
+}
