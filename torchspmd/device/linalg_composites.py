@@ -7,9 +7,10 @@ one lowering each) keeps two things exactly as on CPU:
   sync, as on CUDA) and raises CPU PyTorch's own error (``torch.linalg.inv`` of a
   singular matrix, ``torch.linalg.cholesky`` of one that is not positive-definite).
   The ``*_ex`` variants never sync: they return ``info``.
-- **Which matrix is factored.** ``linalg.solve``, ``det`` and ``slogdet`` factor ``A.mT``
-  when ``A`` is contiguous and real, ``A`` otherwise; their backward formulas make the same
-  choice when they reuse the returned ``LU``, so it must be made the same way here.
+- **Which matrix is factored.** ``det`` and ``slogdet`` factor ``A.mT`` when ``A`` is
+  contiguous and real, ``A`` otherwise (``linalg.solve`` always factors ``A``); their
+  backward formulas reuse the returned ``LU`` assuming that choice, so it is made the same
+  way here.
 
 Example: ``torch.linalg.det(a)`` on an spmd tensor records ``linalg_lu_factor_ex`` of
 ``a.mT``, then the product of the LU diagonal times the permutation's sign.
@@ -30,11 +31,11 @@ def _cholesky(self, upper: bool = False):
     return low
 
 
-def _factor(A):
-    """``(LU, pivots, info, use_A_T)``: the LU factorization PyTorch's kernels make of ``A``."""
+def _det_factor(A):
+    """``(LU, pivots)``: the LU factorization PyTorch's det kernels make (of ``A`` or ``A.mT``)."""
     use_A_T = A.is_contiguous() and not A.is_complex()
-    LU, pivots, info = torch.linalg.lu_factor_ex(A.mT if use_A_T else A)
-    return LU, pivots, info, use_A_T
+    LU, pivots, _ = torch.linalg.lu_factor_ex(A.mT if use_A_T else A)
+    return LU, pivots
 
 
 def _permutation_sign(pivots):
@@ -45,24 +46,23 @@ def _permutation_sign(pivots):
 
 
 def _linalg_solve_ex(A, B, *, left: bool = True, check_errors: bool = False):
-    LU, pivots, info, use_A_T = _factor(A)
+    LU, pivots, info = torch.linalg.lu_factor_ex(A)  # A itself, whatever its layout
     if check_errors:
         torch._linalg_check_errors(info, "torch.linalg.solve_ex", is_matrix=A.dim() == 2)
     # numpy's rule: B is a (batch of) vector(s) when it has one dim fewer than A.
     vector = B.dim() == 1 or (B.dim() == A.dim() - 1 and B.shape == A.shape[:-1])
-    result = torch.linalg.lu_solve(LU, pivots, B.unsqueeze(-1) if vector else B, left=left,
-                                   adjoint=use_A_T)
+    result = torch.linalg.lu_solve(LU, pivots, B.unsqueeze(-1) if vector else B, left=left)
     return result.squeeze(-1) if vector else result, LU, pivots, info
 
 
 def _linalg_det(A):
-    LU, pivots, _, _ = _factor(A)
+    LU, pivots = _det_factor(A)
     det = _permutation_sign(pivots) * LU.diagonal(0, -2, -1).prod(-1)
     return det, LU, pivots
 
 
 def _linalg_slogdet(A):
-    LU, pivots, _, _ = _factor(A)
+    LU, pivots = _det_factor(A)
     diag = LU.diagonal(0, -2, -1)
     sign = _permutation_sign(pivots) * diag.sgn().prod(-1)
     return sign, diag.abs().log().sum(-1), LU, pivots
