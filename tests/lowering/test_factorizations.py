@@ -140,3 +140,12 @@ def test_svd_values_match_and_vectors_reconstruct(full_matrices):
 def test_svd_driver_is_a_clear_error():
     with pytest.raises(ValueError, match="driver"):
         run_lowering(aten._linalg_svd.default, r(3, 3), driver="gesvd")
+
+
+def test_geqrf_through_the_device_matches_cpu():
+    """geqrf has no meta kernel in PyTorch: its shapes come from ``lazy.meta_functions``."""
+    a = r(2, 5, 3)
+    reflectors, tau = torch.geqrf(a.to("spmd"))
+    expected = torch.geqrf(a)
+    torch.testing.assert_close(reflectors.cpu(), expected[0], **F64)
+    torch.testing.assert_close(tau.cpu(), expected[1], **F64)
