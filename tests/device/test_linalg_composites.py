@@ -93,6 +93,42 @@ def test_solve_with_vector_right_hand_side():
                                torch.linalg.solve(a, b))
 
 
+def _lstsq_matches_cpu(a, b, **kwargs):
+    expected = torch.linalg.lstsq(a, b, **kwargs)
+    actual = torch.linalg.lstsq(a.to("spmd"), b.to("spmd"), **kwargs)
+    for x, e in zip(actual, expected):
+        torch.testing.assert_close(x.cpu(), e)
+
+
+@pytest.mark.parametrize("driver", ["gelsy", "gelsd", "gelss", "gels"])
+@pytest.mark.parametrize("shape", [(2, 5, 3), (3, 5)], ids=["tall_batch", "wide"])
+def test_lstsq_matches_cpu_for_each_driver(driver, shape):
+    a = r(*shape)
+    _lstsq_matches_cpu(a, r(*shape[:-1], 2), driver=driver)
+
+
+def test_lstsq_with_vector_right_hand_side():
+    _lstsq_matches_cpu(r(2, 5, 3), r(2, 5), driver="gelsd")
+
+
+def test_lstsq_rank_deficient_input_has_no_residuals():
+    a = r(5, 3)
+    a[:, 2] = 2 * a[:, 0]
+    _lstsq_matches_cpu(a, r(5, 2), driver="gelsd")
+
+
+def test_lstsq_gels_on_rank_deficient_input_raises_like_cpu():
+    a = r(5, 3)
+    a[:, 2] = 0
+    with pytest.raises(torch.linalg.LinAlgError, match="does not have full rank"):
+        torch.linalg.lstsq(a.to("spmd"), r(5, 2).to("spmd"), driver="gels")
+
+
+def test_lstsq_unknown_driver_is_an_error():
+    with pytest.raises(RuntimeError, match="driver"):
+        torch.linalg.lstsq(r(3, 3).to("spmd"), r(3, 1).to("spmd"), driver="gesv")
+
+
 def _grad(fn, a, device):
     x = (a.to(device) if device == "spmd" else a.clone()).requires_grad_(True)
     fn(x).backward()
@@ -110,6 +146,8 @@ GRADIENTS = {
     "cholesky": lambda x: torch.linalg.cholesky(x @ x.mT + 4 * torch.eye(4, dtype=x.dtype, device=x.device)).sum(),
     "eigvalsh": lambda x: torch.linalg.eigvalsh(x + x.mT).pow(2).sum(),
     "svdvals": lambda x: torch.linalg.svdvals(x).sum(),
+    "lstsq": lambda x: torch.linalg.lstsq(x[..., :3], torch.ones(2, 4, 2, dtype=x.dtype, device=x.device),
+                                          driver="gelsd").solution.sum(),
     "qr_r": lambda x: torch.linalg.qr(x).R.abs().sum(),
 }
 

@@ -11,6 +11,8 @@ one lowering each) keeps two things exactly as on CPU:
   contiguous and real, ``A`` otherwise (``linalg.solve`` always factors ``A``); their
   backward formulas reuse the returned ``LU`` assuming that choice, so it is made the same
   way here.
+- **Ops without a meta kernel** (``linalg_lstsq``, whose outputs' shapes depend on the
+  driver and, for some drivers, on the rank of the data).
 
 Example: ``torch.linalg.det(a)`` on an spmd tensor records ``linalg_lu_factor_ex`` of
 ``a.mT``, then the product of the LU diagonal times the permutation's sign.
@@ -68,6 +70,49 @@ def _linalg_slogdet(A):
     return sign, diag.abs().log().sum(-1), LU, pivots
 
 
+_LSTSQ_DRIVERS = ("gels", "gelsy", "gelsd", "gelss")
+
+
+def _first_zero_on_diagonal(r):
+    """LAPACK's info for a triangular solve with ``r``: 1 + the first exactly zero pivot, or 0."""
+    zero = (r.diagonal(0, -2, -1) == 0).to(torch.int32)
+    return torch.where(zero.sum(-1) > 0, zero.argmax(-1).to(torch.int32) + 1, 0)
+
+
+def _linalg_lstsq(A, B, rcond=None, *, driver=None):
+    """Least squares through the SVD: the minimum-norm solution every LAPACK driver returns
+    for its rank (``gels`` assumes full rank and raises where CPU's does, on an exactly zero
+    pivot of ``R``). The outputs a driver does not fill are empty, as on CPU; the residuals
+    of ``gelsd``/``gelss`` exist only for full-rank inputs, which costs one host read, as on
+    CPU."""
+    driver = driver or "gelsy"
+    if driver not in _LSTSQ_DRIVERS:
+        raise RuntimeError("torch.linalg.lstsq: parameter `driver` should be one of "
+                           "(gels, gelsy, gelsd, gelss)")
+    vector = A.dim() - B.dim() == 1
+    B2 = B.unsqueeze(-1) if vector else B
+    m, n = A.shape[-2:]
+    if driver == "gels":
+        r = torch.linalg.qr(A if m >= n else A.mH, mode="r").R
+        torch._linalg_check_errors(_first_zero_on_diagonal(r), "torch.linalg.lstsq",
+                                   is_matrix=A.dim() == 2)
+    U, S, Vh = torch.linalg.svd(A, full_matrices=False)
+    if rcond is None or rcond < 0:
+        rcond = torch.finfo(S.dtype).eps * max(m, n)
+    keep = S > (0 if driver == "gels" else rcond) * S[..., :1]
+    inverse = torch.where(keep, S.reciprocal(), 0).to(A.dtype)
+    solution = Vh.mH @ (inverse.unsqueeze(-1) * (U.mH @ B2))
+    rank = keep.sum(-1)
+    empty = A.new_empty(0)
+    residuals = empty
+    if m > n and driver != "gelsy":
+        if driver == "gels" or bool((rank == n).all().cpu()):
+            residuals = (A @ solution - B2).abs().pow(2).sum(-2)
+    return (solution.squeeze(-1) if vector else solution, residuals,
+            rank if driver != "gels" else rank.new_empty(0),
+            S if driver in ("gelsd", "gelss") else S.new_empty(0))
+
+
 # aten overload -> the function dispatch runs instead of recording the op.
 LINALG_COMPOSITES = {
     aten._linalg_check_errors.default: _linalg_check_errors,
@@ -75,4 +120,5 @@ LINALG_COMPOSITES = {
     aten._linalg_solve_ex.default: _linalg_solve_ex,
     aten._linalg_det.default: _linalg_det,
     aten._linalg_slogdet.default: _linalg_slogdet,
+    aten.linalg_lstsq.default: _linalg_lstsq,
 }
