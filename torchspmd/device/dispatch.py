@@ -15,6 +15,7 @@ import torch
 from torch._decomp import core_aten_decompositions, decomposition_table
 
 from torchspmd.device import bounds
+from torchspmd.device.linalg_composites import LINALG_COMPOSITES
 from torchspmd.device.tensor import SpmdTensor, check_device_index
 from torchspmd.lazy.annotation import annotation, sharded_value, unannotated
 from torchspmd.lazy.handle import Handle
@@ -422,6 +423,7 @@ _SPECIAL = {
     aten.clone.default: _clone,
     aten.native_batch_norm.default: _native_batch_norm,
     aten.resize_.default: _resize_,
+    **LINALG_COMPOSITES,
 }
 
 

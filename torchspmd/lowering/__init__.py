@@ -4,6 +4,7 @@ from torchspmd.lowering import (activations, annotations, bessel, conv,  # noqa:
                                 elementwise, factory, fft, foreach, indexing, linalg, nn,
                                 normalization, orthogonal_polynomials, random, reductions,
                                 shape)
+from torchspmd.lowering import factorizations, ldl, solvers  # noqa: F401
 from torchspmd.lowering.registry import LOWERINGS, RANDOM_OPS, lowers
 
 __all__ = ["LOWERINGS", "RANDOM_OPS", "lowers"]
