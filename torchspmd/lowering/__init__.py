@@ -3,7 +3,7 @@
 from torchspmd.lowering import (activations, annotations, conv, elementwise,  # noqa: F401
                                 factory, foreach, indexing, linalg, nn, normalization,
                                 random, reductions, shape)
-from torchspmd.lowering import distances, embedding_bag, order_statistics, sized  # noqa: F401
+from torchspmd.lowering import distances, embedding_bag, order_statistics, sized, upsample  # noqa: F401
 from torchspmd.lowering.registry import LOWERINGS, RANDOM_OPS, lowers
 
 __all__ = ["LOWERINGS", "RANDOM_OPS", "lowers"]
