@@ -3,7 +3,8 @@
 from torchspmd.lowering import (activations, annotations, conv, elementwise,  # noqa: F401
                                 factory, foreach, indexing, linalg, nn, normalization,
                                 random, reductions, shape)
-from torchspmd.lowering import distances, embedding_bag, order_statistics, sized, upsample  # noqa: F401
+from torchspmd.lowering import (distances, embedding_bag, order_statistics, pool3d,  # noqa: F401
+                                sized, upsample)
 from torchspmd.lowering.registry import LOWERINGS, RANDOM_OPS, lowers
 
 __all__ = ["LOWERINGS", "RANDOM_OPS", "lowers"]
