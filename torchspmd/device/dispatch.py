@@ -2,7 +2,8 @@
 
 Functional ops with a lowering become IR nodes; view ops share their input's storage;
 ops that mutate an argument are recorded as their functional form and the result is
-assigned to the argument; ops without a lowering use a PyTorch decomposition; anything
+assigned to the argument; ops whose output shape depends on the data read a size first
+(``data_dependent``); ops without a lowering use a PyTorch decomposition; anything
 else raises a ``NotImplementedError`` that names the op.
 """
 
@@ -16,6 +17,7 @@ from torch._decomp import core_aten_decompositions, decomposition_table
 
 from torchspmd.device import bounds
 from torchspmd.device.linalg_composites import LINALG_COMPOSITES
+from torchspmd.device.data_dependent import DATA_DEPENDENT
 from torchspmd.device.tensor import SpmdTensor, check_device_index
 from torchspmd.lazy.annotation import annotation, sharded_value, unannotated
 from torchspmd.lazy.handle import Handle
@@ -46,10 +48,11 @@ class _Plan:
     One dict lookup per call instead of several: hashing an OpOverload runs Python code.
     """
 
-    __slots__ = ("special", "schema", "lowered", "random", "kinds", "keyword")
+    __slots__ = ("special", "data_dependent", "schema", "lowered", "random", "kinds", "keyword")
 
     def __init__(self, func):
         self.special = _SPECIAL.get(func)
+        self.data_dependent = DATA_DEPENDENT.get(func)
         self.schema = op_schema(func)
         self.lowered = func in LOWERINGS
         self.random = func in RANDOM_OPS
@@ -74,6 +77,9 @@ def dispatch(func, args: tuple, kwargs: dict):
     plan = _plan(func)
     if plan.special is not None:  # may run a graph: not counted as tracing
         return plan.special(*args, **kwargs)
+    data_dependent = plan.data_dependent  # reads a size on the host: not counted either
+    if data_dependent is not None and data_dependent.applies(*args, **kwargs):
+        return data_dependent.run(*args, **kwargs)
     start = time.perf_counter()
     schema = plan.schema
     if schema.is_inplace_view:
