@@ -2,7 +2,8 @@
 
 Functional ops with a lowering become IR nodes; view ops share their input's storage;
 ops that mutate an argument are recorded as their functional form and the result is
-assigned to the argument; ops without a lowering use a PyTorch decomposition; anything
+assigned to the argument; ops whose output shape depends on the data read a size first
+(``data_dependent``); ops without a lowering use a PyTorch decomposition; anything
 else raises a ``NotImplementedError`` that names the op.
 """
 
@@ -15,6 +16,8 @@ import torch
 from torch._decomp import core_aten_decompositions, decomposition_table
 
 from torchspmd.device import bounds
+from torchspmd.device.linalg_composites import LINALG_COMPOSITES
+from torchspmd.device.data_dependent import DATA_DEPENDENT
 from torchspmd.device.tensor import SpmdTensor, check_device_index
 from torchspmd.lazy.annotation import annotation, sharded_value, unannotated
 from torchspmd.lazy.handle import Handle
@@ -45,10 +48,11 @@ class _Plan:
     One dict lookup per call instead of several: hashing an OpOverload runs Python code.
     """
 
-    __slots__ = ("special", "schema", "lowered", "random", "kinds", "keyword")
+    __slots__ = ("special", "data_dependent", "schema", "lowered", "random", "kinds", "keyword")
 
     def __init__(self, func):
         self.special = _SPECIAL.get(func)
+        self.data_dependent = DATA_DEPENDENT.get(func)
         self.schema = op_schema(func)
         self.lowered = func in LOWERINGS
         self.random = func in RANDOM_OPS
@@ -73,6 +77,9 @@ def dispatch(func, args: tuple, kwargs: dict):
     plan = _plan(func)
     if plan.special is not None:  # may run a graph: not counted as tracing
         return plan.special(*args, **kwargs)
+    data_dependent = plan.data_dependent  # reads a size on the host: not counted either
+    if data_dependent is not None and data_dependent.applies(*args, **kwargs):
+        return data_dependent.run(*args, **kwargs)
     start = time.perf_counter()
     schema = plan.schema
     if schema.is_inplace_view:
@@ -205,7 +212,7 @@ def _mutate(func, schema, args, kwargs):
     for target, value in zip(targets, values[len(extra):]):
         if schema.mutated_kw and meta_of(value).shape != tuple(target.shape):
             _resize(target, meta_of(value))  # out= tensors take the result's shape
-        _assign(target, _keep_annotation(target, value))
+        _assign(target, value)
     if extra:
         return _shape_result(func, [SpmdTensor(Handle.new(v, meta_of(v))) for v in extra])
     return _shape_result(func, targets) if _return_form(func) != "none" else None
@@ -242,7 +249,8 @@ def _keep_annotation(target, value):
 
 
 def _assign(target, value) -> None:
-    """Write ``value`` into ``target`` (cast to its dtype as PyTorch's in-place ops do)."""
+    """Write ``value`` into ``target`` (cast to its dtype and broadcast to its shape as
+    PyTorch's in-place ops do); ``target`` keeps its sharding annotation."""
     if not isinstance(target, SpmdTensor):
         target.copy_(to_cpu_value(value))
         return
@@ -252,9 +260,12 @@ def _assign(target, value) -> None:
         value = (record(aten._to_copy.default, (TENSOR,), (("dtype", handle.meta.dtype),),
                         (value,), (meta,)), 0)
     if meta.shape != handle.meta.shape:
-        value = (record(aten.expand.default, (TENSOR, handle.meta.shape), (), (value,),
+        # expand_copy, not expand: the value must be dense, as a view of it may be
+        # written back through a reshape (`x.reshape(2, 3).copy_(row)`).
+        value = (record(aten.expand_copy.default, (TENSOR, handle.meta.shape), (), (value,),
                         (meta_of(value),)), 0)
-    handle.assign(value)
+    # Annotated after the broadcast: the target's spec has the target's rank.
+    handle.assign(_keep_annotation(target, value))
 
 
 def _inplace_view(func, args, kwargs):
@@ -303,7 +314,7 @@ def _copy_(dst, src, non_blocking=False):
     else:
         src = src.to(dtype=dst.dtype).expand(dst.shape).contiguous()
         value = _host_value(src)
-    _assign(dst, _keep_annotation(dst, value))
+    _assign(dst, value)
     return dst
 
 
@@ -418,6 +429,7 @@ _SPECIAL = {
     aten.clone.default: _clone,
     aten.native_batch_norm.default: _native_batch_norm,
     aten.resize_.default: _resize_,
+    **LINALG_COMPOSITES,
 }
 
 

@@ -168,6 +168,11 @@ def _same(step, prev, value):
     return value
 
 
+def _conj_back(step, prev, value):
+    # The spmd device has no conjugate bit: ``x.conj()`` is a view whose value is conj(x).
+    return record_unary(aten._conj_physical.default, value)
+
+
 def _reshape_back(step, prev, value):
     return record_unary(aten._unsafe_view.default, value, list(meta_of(prev).shape))
 
@@ -214,12 +219,7 @@ def _diagonal_back(step, prev, value):
     return record_binary(aten.diagonal_scatter.default, prev, value, *step.args[:3])
 
 
-def _as_strided_back(step, prev, value):
-    return record_binary(aten.as_strided_scatter.default, prev, value, *step.args[:3])
-
-
 def _view_as_real_back(step, prev, value):
-    # ``z.real.copy_(a)`` writes through view_as_real(z)[..., 0]: pair up again.
     return record_unary(aten.view_as_complex.default, value)
 
 
@@ -227,16 +227,22 @@ def _view_as_complex_back(step, prev, value):
     return record_unary(aten.view_as_real.default, value)
 
 
+def _as_strided_back(step, prev, value):
+    return record_binary(aten.as_strided_scatter.default, prev, value, *step.args[:3])
+
+
 # View ops written back one step at a time; any other view (``expand``, ``unfold``...)
 # makes the whole chain be written back through its place in memory (_strided_write).
 _STEPWISE = {
-    "alias": _same, "detach": _same, "lift_fresh": _same, "_conj": _same,
+    "alias": _same, "detach": _same, "lift_fresh": _same, "_conj": _conj_back,
     "view": _reshape_back, "_reshape_alias": _reshape_back, "squeeze": _reshape_back,
     "unsqueeze": _reshape_back, "reshape": _reshape_back, "flatten": _reshape_back,
     "permute": _permute_back, "transpose": _transpose_back, "t": _t_back,
     "slice": _slice_back, "select": _select_back,
     "split": _split_back, "split_with_sizes": _split_back, "unbind": _unbind_back,
     "diagonal": _diagonal_back, "as_strided": _as_strided_back,
+    # A complex tensor's ``.real`` / ``.imag`` are views through view_as_real; a strided
+    # write cannot express them (the dtype changes), so these must be inverted stepwise.
     "view_as_real": _view_as_real_back, "view_as_complex": _view_as_complex_back,
 }
 
