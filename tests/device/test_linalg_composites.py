@@ -111,6 +111,12 @@ def test_lstsq_with_vector_right_hand_side():
     _lstsq_matches_cpu(r(2, 5, 3), r(2, 5), driver="gelsd")
 
 
+@pytest.mark.parametrize("driver", ["gelsy", "gelsd"])
+def test_lstsq_of_complex_input_has_real_residuals_and_singular_values(driver):
+    a = torch.complex(r(5, 3), r(5, 3))
+    _lstsq_matches_cpu(a, torch.complex(r(5, 2), r(5, 2)), driver=driver)
+
+
 def test_lstsq_rank_deficient_input_has_no_residuals():
     a = r(5, 3)
     a[:, 2] = 2 * a[:, 0]

@@ -187,3 +187,9 @@ def test_traced_correction_under_jit():
     fn = jax.jit(lambda x, c: EAGER[aten.var.correction](meta, x, [1], correction=c))
     np.testing.assert_allclose(np.asarray(fn(to_jax(X), jnp.asarray(0))),
                                torch.var(X, 1, correction=0).numpy(), rtol=1e-5)
+
+
+@pytest.mark.parametrize("ord", [2, 1, 0, inf, 3.5])
+def test_vector_norm_of_complex_input_uses_the_modulus(ord):
+    z = torch.complex(randn(3, 4), randn(3, 4))
+    check_lowering(aten.linalg_vector_norm.default, z, ord, [1], rtol=1e-4)

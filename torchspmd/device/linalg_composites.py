@@ -103,8 +103,7 @@ def _linalg_lstsq(A, B, rcond=None, *, driver=None):
     inverse = torch.where(keep, S.reciprocal(), 0).to(A.dtype)
     solution = Vh.mH @ (inverse.unsqueeze(-1) * (U.mH @ B2))
     rank = keep.sum(-1)
-    empty = A.new_empty(0)
-    residuals = empty
+    residuals = S.new_empty(0)  # real, like the residuals themselves
     if m > n and driver != "gelsy":
         if driver == "gels" or bool((rank == n).all().cpu()):
             residuals = (A @ solution - B2).abs().pow(2).sum(-2)

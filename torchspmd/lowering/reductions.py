@@ -10,7 +10,7 @@ import torch
 from jax import lax
 from jax.nn import logsumexp as _jax_logsumexp
 
-from torchspmd.lowering._common import cast, opmath, reduction_axes, wrap_dim
+from torchspmd.lowering._common import cast, is_complex, opmath, reduction_axes, wrap_dim
 from torchspmd.lowering.registry import lowers
 
 aten = torch.ops.aten
@@ -170,22 +170,25 @@ def vector_norm(x, ord, axes, keepdim):
         if ord == float("-inf"):
             return jnp.min(a, **kw)
         if ord == 0:
-            return jnp.sum(a != 0, **kw).astype(x.dtype)
+            return jnp.sum(a != 0, **kw).astype(a.dtype)
         if ord == 1:
             return jnp.sum(a, **kw)
         if ord == 2:
             return jnp.sqrt(jnp.sum(a * a, **kw))
         return jnp.sum(a ** ord, **kw) ** (1.0 / ord)
-    p = cast(ord, x.dtype)
+    p = cast(ord, a.dtype)
     general = jnp.sum(a ** p, **kw) ** (1 / p)
     return jnp.where(p == jnp.inf, jnp.max(a, **kw),
                      jnp.where(p == -jnp.inf, jnp.min(a, **kw),
-                               jnp.where(p == 0, jnp.sum(a != 0, **kw).astype(x.dtype), general)))
+                               jnp.where(p == 0, jnp.sum(a != 0, **kw).astype(a.dtype), general)))
 
 
 def _norm(meta, x, ord, dim, keepdim):
     axes = reduction_axes(dim, x.ndim)
-    out = vector_norm(x.astype(opmath(meta.dtype)), 2 if ord is None else ord, axes, keepdim)
+    compute = opmath(meta.dtype)  # the result is real: a complex input keeps its imaginary part
+    if is_complex(x.dtype):
+        compute = jnp.result_type(compute, jnp.complex64)
+    out = vector_norm(x.astype(compute), 2 if ord is None else ord, axes, keepdim)
     return out.astype(meta.dtype).reshape(meta.shape)
 
 
