@@ -6,8 +6,11 @@ return ``info`` instead. ``solve``/``det``/``slogdet`` factor ``A`` or ``A.mT`` 
 does, so their backward formulas, which reuse that factorization, give CPU's gradients.
 """
 
+import numpy as np
 import pytest
 import torch
+
+import torchspmd as xs
 
 g = torch.Generator().manual_seed(0)
 
@@ -135,6 +138,10 @@ def test_lstsq_unknown_driver_is_an_error():
         torch.linalg.lstsq(r(3, 3).to("spmd"), r(3, 1).to("spmd"), driver="gesv")
 
 
+def _positive_definite(x):
+    return torch.linalg.cholesky(x @ x.mT + 4 * torch.eye(4, dtype=x.dtype, device=x.device))
+
+
 def _grad(fn, a, device):
     x = (a.to(device) if device == "spmd" else a.clone()).requires_grad_(True)
     fn(x).backward()
@@ -149,7 +156,7 @@ GRADIENTS = {
     "solve_transposed": lambda x: torch.linalg.solve(
         x.mT, torch.ones(4, 2, dtype=x.dtype, device=x.device)).pow(2).sum(),
     "inv": lambda x: torch.linalg.inv(x).sin().sum(),
-    "cholesky": lambda x: torch.linalg.cholesky(x @ x.mT + 4 * torch.eye(4, dtype=x.dtype, device=x.device)).sum(),
+    "cholesky": lambda x: _positive_definite(x).sum(),
     "eigvalsh": lambda x: torch.linalg.eigvalsh(x + x.mT).pow(2).sum(),
     "svdvals": lambda x: torch.linalg.svdvals(x).sum(),
     "lstsq": lambda x: torch.linalg.lstsq(x[..., :3], torch.ones(2, 4, 2, dtype=x.dtype, device=x.device),
@@ -163,3 +170,22 @@ def test_gradient_matches_cpu(name):
     a = r(2, 4, 4) + 3 * torch.eye(4, dtype=torch.float64)
     fn = GRADIENTS[name]
     torch.testing.assert_close(_grad(fn, a, "spmd"), _grad(fn, a, "cpu"))
+
+
+SHARDED = {
+    "inv": torch.linalg.inv,
+    "cholesky": _positive_definite,
+    "eigvalsh": lambda x: torch.linalg.eigvalsh(x + x.mT),
+    "svdvals": torch.linalg.svdvals,
+    "ldl_factor": lambda x: torch.linalg.ldl_factor(x + x.mT).LD,
+    "lu_solve": lambda x: torch.linalg.lu_solve(*torch.linalg.lu_factor(x), x[..., :2]),
+}
+
+
+@pytest.mark.parametrize("name", SHARDED)
+def test_batch_sharded_over_the_mesh_matches_cpu(name):
+    mesh = xs.Mesh(np.arange(8), (8,), ("batch",))
+    a = r(8, 4, 4)
+    x = a.to("spmd")
+    xs.mark_sharding(x, mesh, ("batch", None, None))
+    torch.testing.assert_close(SHARDED[name](x).cpu(), SHARDED[name](a))
