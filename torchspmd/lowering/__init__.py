@@ -1,9 +1,10 @@
 """aten -> JAX lowerings: importing this package fills ``registry.LOWERINGS``."""
 
-from torchspmd.lowering import (activations, annotations, conv, elementwise,  # noqa: F401
-                                factory, foreach, indexing, linalg, nn, normalization,
-                                random, reductions, shape)
-from torchspmd.lowering import factorizations, ldl, solvers  # noqa: F401
+from torchspmd.lowering import (activations, annotations, bessel, conv,  # noqa: F401
+                                distances, elementwise, embedding_bag, factorizations, factory,
+                                fft, foreach, indexing, ldl, linalg, nn, normalization,
+                                order_statistics, orthogonal_polynomials, pool3d, random,
+                                reductions, shape, sized, solvers, upsample)
 from torchspmd.lowering.registry import LOWERINGS, RANDOM_OPS, lowers
 
 __all__ = ["LOWERINGS", "RANDOM_OPS", "lowers"]
