@@ -51,3 +51,16 @@ def test_a_broadcasting_copy_into_a_reshaped_view_writes_its_base():
     view.copy_(torch.ones(3).to(DEV))
     assert view.cpu().tolist() == [[1.0] * 3] * 2
     assert x.cpu().tolist() == [1.0] * 6
+
+
+def test_a_row_write_into_a_cat_of_sharded_pieces_matches_cpu():
+    # XLA propagated x's 2-way sharding onto the uneven cat and miscompiled the scatter
+    # of the write: element 144 received x[53].
+    cpu = torch.arange(144.)
+    x = cpu.to(DEV)
+    mark_sharding(x, Mesh([0, 2, 3, 4, 5, 7], (1, 3, 2)), (2,))
+    y = torch.cat([x, torch.tensor([-7.]).to(DEV), x])
+    y[-91] = 100.0
+    expected = torch.cat([cpu, torch.tensor([-7.]), cpu])
+    expected[-91] = 100.0
+    torch.testing.assert_close(y.cpu(), expected)
