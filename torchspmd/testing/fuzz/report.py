@@ -59,6 +59,8 @@ def minimize(program: Program, outcome: Outcome) -> tuple[Program, Outcome]:
     Greedy, one pass from the end (later lines depend on earlier ones): enough to turn a
     20-line program into the few lines a bug report needs.
     """
+    if outcome.kind not in FAILURES:
+        return program, outcome
     lines = program.source.splitlines()[1:-1]  # the body, without def and return
     i = len(lines) - 1
     while i >= 0:
