@@ -108,6 +108,8 @@ def fuzz(programs: int, seed: int, out_dir: str | Path | None = None, start: int
         if verbose or outcome.kind in FAILURES:
             first = outcome.detail.strip().splitlines()[0] if outcome.detail else ""
             print(f"[{index}] {outcome.kind}: {first[:300]}", flush=True)
+        if (index - start + 1) % 50 == 0:  # progress, so that a stopped run still tells
+            print(f"after {index - start + 1} programs: {dict(sorted(counts.items()))}", flush=True)
         if outcome.kind in FAILURES and out_dir is not None:
             if shrink:
                 program, outcome = minimize(program, outcome)
