@@ -64,3 +64,11 @@ def test_a_row_write_into_a_cat_of_sharded_pieces_matches_cpu():
     expected = torch.cat([cpu, torch.tensor([-7.]), cpu])
     expected[-91] = 100.0
     torch.testing.assert_close(y.cpu(), expected)
+
+
+def test_a_one_element_strided_slice_of_a_sharded_dim_matches_cpu():
+    # XLA read element 0 for x[2::3] of a 3-way sharded x.
+    x = torch.arange(3).to(DEV) * 10
+    mark_sharding(x, Mesh([4, 5, 3], (3,)), (0,))
+    y = x + 1
+    assert y[2::3].cpu().tolist() == [21]

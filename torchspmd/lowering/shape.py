@@ -33,6 +33,10 @@ def _slice_start(size: int, start) -> int:
 def _slice_index(ndim: int, dim: int, size: int, start, step: int, length: int) -> tuple:
     """An index tuple selecting ``length`` elements from ``start`` by ``step`` along ``dim``."""
     s = _slice_start(size, start)
+    # One element needs no stride, and XLA's partitioner reads the wrong element for a
+    # one-element strided slice of a sharded dim (`x[2::3]` of x = [0, 10, 20] sharded
+    # 3 ways gives [0]; plain JAX 0.10.2 reproduces it).
+    step = 1 if length <= 1 else step
     return (slice(None),) * dim + (slice(s, s + (length - 1) * step + 1 if length else s, step),)
 
 
