@@ -72,3 +72,17 @@ def test_a_one_element_strided_slice_of_a_sharded_dim_matches_cpu():
     mark_sharding(x, Mesh([4, 5, 3], (3,)), (0,))
     y = x + 1
     assert y[2::3].cpu().tolist() == [21]
+
+
+@pytest.mark.xfail(strict=True, reason="XLA's SPMD partitioner (Shardy and GSPMD, jax 0.10.2) "
+                   "miscompiles a scatter into an unevenly sized concatenate of sharded "
+                   "pieces; not worked around yet (see README, the differential fuzzer)")
+def test_an_index_put_into_a_cat_of_sharded_pieces_matches_cpu():
+    cpu = torch.arange(8.)
+    x = cpu.to(DEV)
+    mark_sharding(x, Mesh([0, 1], (2,)), (0,))
+    y = torch.cat([x, torch.tensor([-7.]).to(DEV), x])
+    y[torch.tensor([10]).to(DEV)] = 100.0
+    expected = torch.cat([cpu, torch.tensor([-7.]), cpu])
+    expected[10] = 100.0
+    torch.testing.assert_close(y.cpu(), expected)
