@@ -86,3 +86,17 @@ def test_an_index_put_into_a_cat_of_sharded_pieces_matches_cpu():
     expected = torch.cat([cpu, torch.tensor([-7.]), cpu])
     expected[10] = 100.0
     torch.testing.assert_close(y.cpu(), expected)
+
+
+@pytest.mark.xfail(strict=True, raises=ValueError, reason="JAX 0.10.2 re-raises IndivisibleError "
+                   "when it cannot express XLA's output layout on an input's mesh "
+                   "(pxla._get_out_sharding_from_orig_sharding); not worked around yet")
+def test_a_result_laid_out_where_its_input_mesh_cannot_express_it_can_be_read():
+    x = torch.arange(4., device=DEV) - 2
+    mark_sharding(x, Mesh([4, 3, 5, 0, 6, 7, 1, 2], (4, 2), ("data", "model")), ("model",))
+    y = x.index_select(0, torch.tensor([3, 3, 0, 2], device=DEV))
+    cube = Mesh(list(range(8)), (2, 2, 2), ("a", "b", "c"))
+    annotate_custom_sharding(x, cube, (2,))
+    mark_sharding(y, cube, ("a",))
+    x.cpu()
+    assert y.cpu().tolist() == [1.0, 1.0, -2.0, 0.0]
