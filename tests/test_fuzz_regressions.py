@@ -100,3 +100,15 @@ def test_a_result_laid_out_where_its_input_mesh_cannot_express_it_can_be_read():
     mark_sharding(y, cube, ("a",))
     x.cpu()
     assert y.cpu().tolist() == [1.0, 1.0, -2.0, 0.0]
+
+
+def test_annotate_custom_sharding_replaces_the_mark_of_a_full_slice():
+    # x[:, 0:2] of a 2-column x is an alias of x; the new annotation was written back
+    # under the old one, and get_sharding kept showing the mark.
+    mesh = Mesh([3, 2], (2,), ("a",))
+    x = torch.ones(4, 2).to(DEV)
+    view = x[:, 0:2]
+    mark_sharding(view, mesh, ("a", None))
+    annotate_custom_sharding(view, mesh, (None, "a"))
+    assert get_sharding(view) == "{devices=[1,2]3,2}"
+    assert view.cpu().tolist() == [[1.0, 1.0]] * 4
