@@ -18,7 +18,7 @@ from torchspmd.device.guard import DeviceGuard
 from torchspmd.device.guard import install as install_backward_errors
 from torchspmd.lowering import LOWERINGS
 from torchspmd.device.tensor import SpmdTensor, check_device_index
-from torchspmd.device import checkpoint_fence, tied_parameters
+from torchspmd.device import autocast, checkpoint_fence, tied_parameters
 from torchspmd.jax_setup import devices
 from torchspmd.lazy.node import TensorMeta
 from torchspmd.runtime import rng
@@ -133,6 +133,7 @@ def register() -> None:
     install_backward_errors()
     tied_parameters.install()
     checkpoint_fence.install()
+    autocast.install()
     _LIBRARY = torch.library.Library("aten", "IMPL")
     _LIBRARY.impl("empty.memory_format", _empty, "PrivateUse1")
     _LIBRARY.impl("empty_strided", _empty_strided, "PrivateUse1")

@@ -17,6 +17,7 @@ its graph is the same every time, so it is compiled once. Example::
 from __future__ import annotations
 
 import jax
+import torch
 
 from torchspmd.lazy.handle import PENDING, PENDING_VIEWS
 from torchspmd.lazy.node import Node
@@ -30,14 +31,24 @@ def read(values: list[tuple[Node, int]]) -> list[jax.Array]:
 
     The values read are outputs of the same programs as the pending work, so a value only
     the read wants (a temporary such as ``x.sum()``) is computed from the same inputs in
-    the same program as the updates that replace those inputs.
+    the same program as the updates that replace those inputs. If the other pending work
+    cannot run (a tensor holding local blocks of a manual-sharding region, say), the
+    read runs just what it needs, as ``materialize`` does, and that work stays pending:
+    its error belongs to whoever reads or syncs it.
     """
+    storages, views = list(PENDING), list(PENDING_VIEWS)
     wanted: dict[Node, set[int]] = {}
-    pending = [s.value for s in list(PENDING)] + [h.pending_view_value() for h in list(PENDING_VIEWS)]
+    pending = [s.value for s in storages] + [h.pending_view_value() for h in views]
     for value in pending + list(values):
         if value is not None and not value[0].is_leaf:
             wanted.setdefault(value[0], set()).add(value[1])
     PENDING.clear()
     PENDING_VIEWS.clear()
-    execute.execute(sorted(wanted, key=lambda n: n.seq), wanted)
+    try:
+        execute.execute(sorted(wanted, key=lambda n: n.seq), wanted)
+    except torch.OutOfMemoryError:
+        raise  # every value of the step now raises it (execute marks them), as for sync()
+    except Exception:  # noqa: BLE001  (the unrelated work's error is raised when it is read)
+        PENDING.update(s for s in storages if not s.value[0].is_leaf)
+        PENDING_VIEWS.update(views)
     return execute.materialize(list(values))
