@@ -27,7 +27,7 @@ def test_a_loop_that_reads_every_iteration_runs_each_op_once():
         x = x * 2
         x.sum().item()
     m = torchspmd.metrics()
-    assert m["ops_executed"] <= m["ops_traced"]
+    assert m["ops_rerun"] == 0
 
 
 def test_a_read_leaves_no_other_work_pending():

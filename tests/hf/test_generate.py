@@ -29,4 +29,4 @@ def test_greedy_generate_matches_cpu_and_runs_each_op_once(cache):
     assert torch.equal(actual.cpu(), expected)
     m = torchspmd.metrics()
     # A read per token runs that token's work with everything else pending: none runs twice.
-    assert m["ops_executed"] <= m["ops_traced"]
+    assert m["ops_rerun"] == 0

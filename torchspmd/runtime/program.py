@@ -62,6 +62,9 @@ class Program:
             COUNTERS["compile_time_s"] += time.perf_counter() - start
         COUNTERS["executions"] += 1
         COUNTERS["ops_executed"] += len(graph.nodes)
+        for node in graph.nodes:  # intermediates not kept are computed again if read later
+            COUNTERS["ops_rerun"] += node.ran
+            node.ran = True
         return outputs
 
     def optimized_hlo(self) -> str:
