@@ -7,7 +7,9 @@ checkpoint puts the recomputation's inputs through an optimization barrier; here
 :func:`install` does the same inside PyTorch's own ``torch.utils.checkpoint`` (both
 ``use_reentrant`` settings, so Hugging Face's ``gradient_checkpointing_enable()`` too):
 the inputs it hands to the recomputation are passed through
-``lowering/barrier.py::OPTIMIZATION_BARRIER`` first. Values are unchanged; CPU and other
+``lowering/barrier.py::OPTIMIZATION_BARRIER_AFTER`` first, after the value the backward
+pass recorded last (so XLA can neither merge the recomputation with the forward nor run
+it before the backward pass reaches the block). Values are unchanged; CPU and other
 tensors are left alone. Example::
 
     y = torch.utils.checkpoint.checkpoint(block, x, use_reentrant=False)  # x on "spmd"
