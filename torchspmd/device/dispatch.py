@@ -31,7 +31,7 @@ from torchspmd.lazy.views import view_step
 from torchspmd.lowering import LOWERINGS, RANDOM_OPS
 from torchspmd.lowering.annotations import SHARDING_CONSTRAINT
 from torchspmd.runtime import rng, transfer
-from torchspmd.runtime.execute import materialize
+from torchspmd.runtime.read import read
 from torchspmd.runtime.metrics import COUNTERS
 
 aten = torch.ops.aten
@@ -286,7 +286,7 @@ def to_cpu_value(value: tuple[Node, int]) -> torch.Tensor:
     node, index = value
     if node.host is not None:
         return transfer.to_torch(node.host)
-    (array,) = materialize([value])
+    (array,) = read([value])  # runs all pending work: a loop's next iteration starts from data
     return transfer.to_torch(transfer.download(array))
 
 

@@ -22,7 +22,7 @@ import torch
 
 from torchspmd.device.tensor import SpmdTensor
 from torchspmd.runtime import transfer
-from torchspmd.runtime.execute import materialize
+from torchspmd.runtime.read import read
 
 # Why host reads are refused now (innermost last); empty: they are allowed.
 _FORBIDDEN: list[str] = []
@@ -66,12 +66,13 @@ def check_host_read(op_name: str, purpose: str = _SHAPE) -> None:
 def host_read(t: SpmdTensor, op_name: str, purpose: str = _SHAPE) -> torch.Tensor:
     """The CPU value of spmd tensor ``t``, read so that ``op_name`` can go on.
 
-    Runs the pending graph ``t`` needs (one host sync). ``purpose`` says why (default: to
+    Runs all pending work with ``t`` (one host sync, as any read), so a loop calling such an
+    op every iteration starts each iteration from data. ``purpose`` says why (default: to
     size the output). Example: ``count = int(host_read(x.count_nonzero(), "nonzero"))``.
     """
     check_host_read(op_name, purpose)
     node, index = value = t._h.value()
     if node.host is not None:
         return transfer.to_torch(node.host).reshape(t.shape)
-    (array,) = materialize([value])
+    (array,) = read([value])
     return transfer.to_torch(transfer.download(array)).reshape(t.shape)

@@ -1,10 +1,10 @@
 """aten -> JAX lowerings: importing this package fills ``registry.LOWERINGS``."""
 
-from torchspmd.lowering import (activations, annotations, bessel, conv,  # noqa: F401
-                                distances, elementwise, embedding_bag, factorizations, factory,
-                                fft, foreach, indexing, ldl, linalg, nn, normalization,
-                                order_statistics, orthogonal_polynomials, pool3d, random,
-                                reductions, shape, sized, solvers, upsample)
+from torchspmd.lowering import (activations, annotations, barrier, bessel,  # noqa: F401
+                                conv, distances, elementwise, embedding_bag, factorizations,
+                                factory, fft, foreach, indexing, ldl, linalg, nn,
+                                normalization, order_statistics, orthogonal_polynomials, pool3d,
+                                random, reductions, shape, sized, solvers, upsample)
 from torchspmd.lowering.registry import LOWERINGS, RANDOM_OPS, lowers
 
 __all__ = ["LOWERINGS", "RANDOM_OPS", "lowers"]
