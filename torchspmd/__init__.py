@@ -22,8 +22,9 @@ from torchspmd.sharding import __all__ as _sharding_names
 
 register()
 
+from torchspmd.step import compile  # noqa: E402  (torchspmd.compile)
 import torchspmd.debug  # noqa: E402,F401  (torchspmd.debug.metrics_report() etc.)
 import torchspmd.distributed  # noqa: E402,F401  (torchspmd.distributed.initialize() etc.)
 
 __all__ = ["device", "device_count", "sync", "wait_device_ops", "metrics", "reset_metrics",
-           "manual_seed", "set_compile_cache_size", *_sharding_names]
+           "manual_seed", "set_compile_cache_size", "compile", *_sharding_names]
