@@ -89,7 +89,9 @@ def dispatch(func, args: tuple, kwargs: dict):
     return result
 
 
-SpmdTensor._dispatch = staticmethod(dispatch)
+SpmdTensor._dispatch = staticmethod(torch._dynamo.disable(dispatch, reason=(
+    "torchspmd: spmd tensors are traced by torchspmd.compile, not torch.compile; decorate "
+    "the training step with @torchspmd.compile")))
 
 
 # --- recording -------------------------------------------------------------------------

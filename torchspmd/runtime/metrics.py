@@ -23,7 +23,7 @@ def reset() -> None:
         step_warmups=0,  # captures run lazily because state appeared on first use
         step_recaptures_hyperparameters=0,  # a Python-number hyperparameter changed
         step_recaptures_check=0,  # check_every re-recordings
-        step_recaptures_stale=0,  # a tensor the step read was dropped
+        step_recaptures_state=0,  # state changed outside the step (p.grad set to None...)
         step_check_misses=0,  # check_every found another path
         donated_bytes=0,  # buffers handed to a step that overwrote them
     )

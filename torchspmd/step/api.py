@@ -39,6 +39,11 @@ from torchspmd.step.plan import Plan, StalePlan
 from torchspmd.step.signature import signature
 
 
+# Plans kept per argument signature, for states the step meets in turn (``p.grad`` empty
+# on the first micro-batch of an accumulation, full on the others).
+_PLANS_PER_SIGNATURE = 4
+
+
 class CheckMissError(RuntimeError):
     """A ``check_every`` re-recording of a compiled step took another path than its capture."""
 
@@ -61,14 +66,17 @@ class CompiledStep:
         self._calls += 1
         args, kwargs = _as_bases(args, kwargs)
         key, tensors = signature(args, kwargs)
-        plan: Plan | None = self._plans.get(key)
+        plans: list[Plan] = self._plans.get(key) or []
+        plan = next((p for p in plans if p.ready()), None)
+        if plan is None and plans:
+            COUNTERS["step_recaptures_state"] += 1  # e.g. p.grad set to None outside
         if plan is not None:
             reason = self._why_capture(plan)
             if reason is None:
                 try:
                     outputs, placed = plan(tensors)
                 except StalePlan:
-                    reason = "stale"
+                    reason = "state"
                 else:
                     COUNTERS["step_replays"] += 1
                     return plan.write_back(outputs, placed, tensors)
@@ -76,9 +84,7 @@ class CompiledStep:
         return self._capture(key, plan, args, kwargs, tensors)
 
     def _why_capture(self, plan: Plan) -> str | None:
-        optimizers = plan.captured.places.optimizers
-        optim.prepare(optimizers)  # a float lr set by hand goes into the device scalar
-        if optim.hyperparameters(optimizers) != plan.captured.hyper:
+        if optim.hyperparameters(plan.captured.optimizers) != plan.captured.hyper:
             return "hyperparameters"
         if self.check_every is not None and self._calls % self.check_every == 0:
             return "check"
@@ -92,17 +98,19 @@ class CompiledStep:
             COUNTERS["step_check_misses"] += 1
             raise CheckMissError(
                 "torchspmd.compile: check_every found that the step now runs another "
-                f"computation than the one captured ({first_difference(old.captured.graph, captured.graph)}). "
-                "The Python code took another path (it depends on a value that changed): "
-                "make the step's path depend only on its arguments, or pass the value that "
-                "changes as an argument.")
+                "computation than the one captured "
+                f"({first_difference(old.captured.graph, captured.graph)}). The Python code "
+                "took another path (it depends on a value that changed): make the step's "
+                "path depend only on its arguments, or pass the value that changes as an "
+                "argument.")
         if captured.warmup or captured.graph is None:
             COUNTERS["step_warmups"] += 1
             return result  # ran lazily: the values are pending, as on the lazy path
         plan = Plan(captured)
         outputs, placed = plan(tensors, first=True)
         _materialize(captured, outputs)
-        self._plans[key] = plan
+        plans = [p for p in (self._plans.get(key) or []) if p is not old]
+        self._plans[key] = [plan] + plans[:_PLANS_PER_SIGNATURE - 1]
         return tree_map(lambda t: t.detach() if isinstance(t, SpmdTensor) else t, result)
 
     @property

@@ -51,11 +51,16 @@ class Captured:
     targets: list
     result_spec: object
     result_leaves: list  # non-tensor results as they are; tensors replaced by None
-    places: Places
+    optimizers: list  # the optimizers the step reaches (their hyperparameters are checked)
     hyper: tuple = ()
     warmup: str = ""  # why this call cannot be replayed ("" when it can)
     substitutions: dict = field(default_factory=dict)  # output index -> source index
     held_by: dict = field(default_factory=dict)  # storage -> the slot that held it
+    filled: dict = field(default_factory=dict)  # slot -> the new tensor the step put there
+    # Preconditions of a replay: slots that must be empty (the step fills them), and
+    # source index -> the slot whose tensor must still hold that source's storage.
+    empty_places: list = field(default_factory=list)
+    source_places: dict = field(default_factory=dict)
 
 
 def capture(fn, args: tuple, kwargs: dict, tensors: list[SpmdTensor]) -> tuple[object, Captured]:
@@ -74,7 +79,7 @@ def capture(fn, args: tuple, kwargs: dict, tensors: list[SpmdTensor]) -> tuple[o
     _check_rebinding(before)
     flat, spec = tree_flatten(result)
     captured = Captured(None, [], [], [], spec, [None if isinstance(r, SpmdTensor) else r
-                                                  for r in flat], after,
+                                                  for r in flat], after.optimizers,
                         optim.hyperparameters(after.optimizers))
     captured.warmup = _first_use(before, after)
     if captured.warmup:
@@ -89,6 +94,7 @@ def capture(fn, args: tuple, kwargs: dict, tensors: list[SpmdTensor]) -> tuple[o
     if roots:
         captured.graph = collect(sorted(roots, key=lambda n: n.seq), roots)
         _sources(captured, rec, arg_values, start)
+    captured.filled = {}  # tensors are not kept past the capture
     return result, captured
 
 
@@ -106,10 +112,11 @@ def _check_rebinding(before: Places) -> None:
 
 
 def _first_use(before: Places, after: Places) -> str:
-    """Why this call is a warm-up: a slot empty before the step holds a tensor after it
-    (optimizer state or ``p.grad`` on first use); "" if there is none."""
+    """Why this call is a warm-up: a slot that did not exist before the step holds a tensor
+    after it (optimizer state on first use); "" if there is none. (An existing empty slot
+    that the step fills, ``p.grad`` after ``zero_grad()``, is an output instead.)"""
     for place, t in after.held.items():
-        if t is not None and before.held.get(place) is None:
+        if t is not None and place not in before.held:
             return f"state created on first use ({place})"
     return ""
 
@@ -136,7 +143,10 @@ def _outputs(captured: Captured, rec, before: Places, after: Places, flat: list,
                 f"torchspmd.compile: the step moved an existing tensor into {place}; a compiled "
                 "step can fill a slot only with a tensor it computes (use .clone())")
         captured.values.append(t._h.value())
-        captured.targets.append(("place", place, t))
+        captured.targets.append(("place", place, (t.requires_grad, type(t))))
+        if old is None:
+            captured.empty_places.append(place)
+        captured.filled[place] = t
     for i, r in enumerate(flat):
         if isinstance(r, SpmdTensor):
             captured.values.append(r._h.value())
@@ -153,7 +163,6 @@ def _sources(captured: Captured, rec, arg_values: list, start: int) -> None:
     for storage, (node, index) in rec.initial.items():
         if node.arrays is not None:
             by_array.setdefault(id(node.arrays[index]), ("storage", storage))
-    replaced = {id(place.container): (place, t) for place, t in captured.places.held.items()}
     for node, index in captured.graph.leaves:
         if node.arrays is None:  # host data the step made (torch.tensor(...) in the step)
             captured.sources.append(("const", (node, index)))
@@ -167,24 +176,28 @@ def _sources(captured: Captured, rec, arg_values: list, start: int) -> None:
                     "this with the step's code")
             captured.sources.append(("const", (node, index)))
         elif source[0] == "storage":
-            captured.sources.append(_storage_source(captured, source[1], replaced))
+            captured.sources.append(_storage_source(captured, source[1]))
         else:
             captured.sources.append(source)
 
 
-def _storage_source(captured: Captured, storage, replaced: dict) -> tuple:
-    """A storage source; if the step replaced the tensor holding it in its slot (``p.grad``
-    rebound to a new tensor), later calls read the slot's new tensor instead."""
+def _storage_source(captured: Captured, storage) -> tuple:
+    """A storage source. If a slot held it, replays check the slot still does; if the
+    step put a new tensor in that slot (``p.grad`` rebound), later calls read the slot's
+    new tensor instead."""
     place = captured.held_by.get(storage)
-    if place is not None:
-        for i, target in enumerate(captured.targets):
-            if target[0] == "place" and target[1] == place:
-                new = target[2]
-                if new._h.view or new._h.storage.meta != storage.meta:
-                    captured.warmup = f"{place} changes form in the step"
-                captured.substitutions[i] = len(captured.sources)
-                return ("storage", weakref.ref(new._h.storage))
-    return ("storage", weakref.ref(storage))
+    if place is None:
+        return ("storage", weakref.ref(storage))
+    index = len(captured.sources)
+    captured.source_places[index] = place
+    new = captured.filled.get(place)
+    if new is None:
+        return ("storage", weakref.ref(storage))
+    if new._h.view or new._h.storage.meta != storage.meta:
+        captured.warmup = f"{place} changes form in the step"
+    output = next(i for i, t in enumerate(captured.targets) if t[0] == "place" and t[1] == place)
+    captured.substitutions[output] = index
+    return ("storage", weakref.ref(new._h.storage))
 
 
 def first_difference(old: Graph, new: Graph) -> str:

@@ -32,6 +32,7 @@ from torchspmd.runtime import execute, placement, rng
 from torchspmd.runtime.memory import check_fits
 from torchspmd.runtime.metrics import COUNTERS
 from torchspmd.runtime.program import Program
+from torchspmd.step import optim
 from torchspmd.step.capture import Captured
 
 _VECTOR_DTYPES = {float: np.float64, int: np.int64, bool: np.bool_}
@@ -133,6 +134,19 @@ class Plan:
 
     # --- each call ----------------------------------------------------------------------
 
+    def ready(self) -> bool:
+        """Whether the state is as this plan expects: every slot it fills empty, every
+        slot it reads holding the tensor it read (else the step must be captured again)."""
+        optim.prepare(self.captured.optimizers)  # a float lr set by hand -> device scalar
+        for place in self.captured.empty_places:
+            if place.get() is not None:
+                return False
+        for index, place in self.captured.source_places.items():
+            t = place.get()
+            if not isinstance(t, SpmdTensor) or t._h.storage is not self.sources[index][1]():
+                return False
+        return True
+
     def inputs(self, args: list[SpmdTensor], first: bool = False) -> list[tuple[Node, int]]:
         """The current value of every source (the captured leaves on the first call)."""
         if first:
@@ -211,11 +225,11 @@ class Plan:
             elif kind == "arg":
                 args[target[1]]._h.storage.set(value)
             elif kind == "place":
-                template = target[2]
+                requires_grad, cls = target[2]
                 new = SpmdTensor(Handle.new(value, sig.outputs[ref[2]]),
-                                 requires_grad=template.requires_grad)
-                if type(template) is not SpmdTensor and isinstance(template, SpmdTensor):
-                    new = type(template)(new, requires_grad=template.requires_grad)
+                                 requires_grad=requires_grad)
+                if cls is not SpmdTensor:  # nn.Parameter
+                    new = cls(new, requires_grad=requires_grad)
                 target[1].set(new)
                 source = captured.substitutions.get(i)
                 if source is not None:  # later calls read the slot's new tensor
