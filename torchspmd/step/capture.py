@@ -27,7 +27,7 @@ from torch.utils._pytree import tree_flatten
 from torchspmd.device.tensor import SpmdTensor
 from torchspmd.lazy import provenance
 from torchspmd.lazy.node import Node
-from torchspmd.runtime.execute import sync
+from torchspmd.runtime.execute import sync, upload_leaf
 from torchspmd.runtime.graph import Graph, collect
 from torchspmd.step import optim
 from torchspmd.step.places import Places, find_places
@@ -156,6 +156,9 @@ def _outputs(captured: Captured, rec, before: Places, after: Places, flat: list,
 
 def _sources(captured: Captured, rec, arg_values: list, start: int) -> None:
     """Trace each graph leaf to where a replay reads it (by the data it held)."""
+    for node, _ in captured.graph.leaves:
+        if node.host is not None:  # host data (uploaded on first use): upload it now
+            upload_leaf(node)
     by_array: dict[int, tuple] = {}
     for k, (node, index) in enumerate(arg_values):
         if node.arrays is not None:
@@ -164,9 +167,6 @@ def _sources(captured: Captured, rec, arg_values: list, start: int) -> None:
         if node.arrays is not None:
             by_array.setdefault(id(node.arrays[index]), ("storage", storage))
     for node, index in captured.graph.leaves:
-        if node.arrays is None:  # host data the step made (torch.tensor(...) in the step)
-            captured.sources.append(("const", (node, index)))
-            continue
         source = by_array.get(id(node.arrays[index]))
         if source is None:
             if node.seq < start:

@@ -29,6 +29,7 @@ from torchspmd.lazy.handle import Handle
 from torchspmd.lazy.node import Node
 from torchspmd.lowering import RANDOM_OPS
 from torchspmd.runtime import execute, placement, rng
+from torchspmd.runtime.cache import LRU
 from torchspmd.runtime.memory import check_fits
 from torchspmd.runtime.metrics import COUNTERS
 from torchspmd.runtime.program import Program
@@ -36,6 +37,9 @@ from torchspmd.step import optim
 from torchspmd.step.capture import Captured
 
 _VECTOR_DTYPES = {float: np.float64, int: np.int64, bool: np.bool_}
+# Compiled steps by graph key, donated inputs and input layouts: a step captured again
+# (a hyperparameter changed, state moved) reuses its executable.
+_EXECUTABLES = LRU(64)
 
 
 class StalePlan(Exception):
@@ -199,12 +203,19 @@ class Plan:
         return [self.vectors[float], ints, self.vectors[bool]]
 
     def _compile(self, donated, kept, vectors) -> None:
+        layout = tuple((a.shape, a.dtype, a.sharding) for a in (*donated, *kept))
+        key = (self.key, tuple(self.donated), layout)
+        cached = _EXECUTABLES.get(key)
+        if cached is not None:  # the same graph captured again (hyperparameters changed)
+            self.compiled, self.memory = cached
+            return
         start = time.perf_counter()
         # Compiled ahead of time for its memory analysis, then called directly: jit's own
         # cache would not know of this compile and would compile the program again.
         self.compiled = self.jitted.lower(donated, kept, *vectors).compile()
         check_fits(self.compiled, self.captured.graph)
         self.memory = self.compiled.memory_analysis()
+        _EXECUTABLES[key] = (self.compiled, self.memory)
         COUNTERS["compile_time_s"] += time.perf_counter() - start
 
     def write_back(self, outputs: list, placed: list, args: list[SpmdTensor]):
