@@ -105,13 +105,15 @@ class CompiledStep:
                 "argument.")
         if captured.warmup or captured.graph is None:
             COUNTERS["step_warmups"] += 1
-            return result  # ran lazily: the values are pending, as on the lazy path
+            # Ran lazily: the values are pending, as on the lazy path (results detached, as
+            # a replay's are).
+            return tree_map(lambda t: t.detach() if isinstance(t, SpmdTensor) else t, result)
         plan = Plan(captured)
         outputs, placed = plan(tensors, first=True)
         _materialize(captured, outputs)
         plans = [p for p in (self._plans.get(key) or []) if p is not old]
         self._plans[key] = [plan] + plans[:_PLANS_PER_SIGNATURE - 1]
-        return tree_map(lambda t: t.detach() if isinstance(t, SpmdTensor) else t, result)
+        return plan.write_back(outputs, placed, tensors, first=True)
 
     @property
     def plans(self) -> int:
