@@ -34,7 +34,7 @@ from torchspmd.runtime import execute
 from torchspmd.runtime.cache import LRU
 from torchspmd.runtime.metrics import COUNTERS
 from torchspmd.step import optim
-from torchspmd.step.capture import Captured, capture, first_difference
+from torchspmd.step.capture import capture, first_difference
 from torchspmd.step.plan import Plan, StalePlan
 from torchspmd.step.signature import signature
 
@@ -60,6 +60,7 @@ class CompiledStep:
         self.check_every = check_every
         self._plans = LRU(cache_size)
         self._calls = 0
+        self._last: Plan | None = None
         functools.update_wrapper(self, fn)
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
@@ -79,6 +80,7 @@ class CompiledStep:
                     reason = "state"
                 else:
                     COUNTERS["step_replays"] += 1
+                    self._last = plan
                     return plan.write_back(outputs, placed, tensors)
             COUNTERS[f"step_recaptures_{reason}"] += 1
         return self._capture(key, plan, args, kwargs, tensors)
@@ -110,26 +112,24 @@ class CompiledStep:
             return tree_map(lambda t: t.detach() if isinstance(t, SpmdTensor) else t, result)
         plan = Plan(captured)
         outputs, placed = plan(tensors, first=True)
-        _materialize(captured, outputs)
+        # Written back as a replay writes: the recorded nodes stay pending for anything
+        # else that still holds them (a later sync computes those lazily).
         plans = [p for p in (self._plans.get(key) or []) if p is not old]
         self._plans[key] = [plan] + plans[:_PLANS_PER_SIGNATURE - 1]
-        return plan.write_back(outputs, placed, tensors, first=True)
+        self._last = plan
+        return plan.write_back(outputs, placed, tensors)
 
     @property
     def plans(self) -> int:
         """How many argument signatures have a captured plan."""
         return len(self._plans)
 
+    def memory_analysis(self):
+        """XLA's memory analysis of the program the latest call ran (None before any).
 
-def _materialize(captured: Captured, outputs: list) -> None:
-    """The capture call's results: its recorded roots become data (as ``sync`` does)."""
-    graph = captured.graph
-    flat = iter(outputs)
-    for root, wanted in zip(graph.roots, graph.wanted):
-        arrays = [None] * len(root.sig.outputs)
-        for i in wanted:
-            arrays[i] = next(flat)
-        root.materialized(arrays)
+        Example: ``step.memory_analysis().temp_size_in_bytes``.
+        """
+        return self._last.memory if self._last is not None else None
 
 
 def _as_bases(args: tuple, kwargs: dict) -> tuple[tuple, dict]:

@@ -218,10 +218,8 @@ class Plan:
         _EXECUTABLES[key] = (self.compiled, self.memory)
         COUNTERS["compile_time_s"] += time.perf_counter() - start
 
-    def write_back(self, outputs: list, placed: list, args: list[SpmdTensor],
-                   first: bool = False):
-        """Put each output where the step put it; the call's result. On the capture call
-        (``first``) the recorded values already became this data: only results are made."""
+    def write_back(self, outputs: list, placed: list, args: list[SpmdTensor]):
+        """Put each output where the step put it; the call's result."""
         captured = self.captured
         results = list(captured.result_leaves)
         for i, (target, ref, sig) in enumerate(zip(captured.targets, self.refs, self.sigs)):
@@ -231,8 +229,6 @@ class Plan:
             node.arrays[ref[2]] = array
             value = (node, ref[2])
             kind = target[0]
-            if first and kind != "return":
-                continue
             if kind == "storage":
                 storage = target[1]()
                 if storage is not None:
