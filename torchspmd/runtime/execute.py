@@ -216,10 +216,11 @@ def execute(roots: list[Node], wanted: dict | None = None) -> None:
             root.materialized([failed] * len(root.sig.outputs))
         raise failed.error from None
     _LAST[:] = [program]
+    ids = target if target is not None else tuple(range(len(devices())))
     for root, indices, arrays in zip(graph.roots, graph.wanted, outputs):
         full = [None] * len(root.sig.outputs)
         for i, a in zip(indices, arrays):
-            full[i] = a
+            full[i] = _on_devices(a, ids)
         root.materialized(full)
     produced = [a for arrays in outputs for a in arrays]
     if produced:
@@ -250,6 +251,14 @@ def note_in_flight(arrays: list) -> None:
 def in_flight_ids() -> set[int]:
     """``id`` of every array the in-flight lists hold (each is one more reference to it)."""
     return {id(a) for arrays in _IN_FLIGHT.values() for a in arrays}
+
+
+def _on_devices(array: jax.Array, ids: tuple[int, ...]) -> jax.Array:
+    """An output that does not depend on the program's inputs (``x.fill_(v)``) comes back
+    on JAX's default device alone; it belongs, replicated, on the program's devices."""
+    if len(ids) > 1 and isinstance(array.sharding, jax.sharding.SingleDeviceSharding):
+        return transfer.reshard(array, transfer.replicated_on(ids))
+    return array
 
 
 def _placed_inputs(graph, target: tuple[int, ...] | None) -> list[jax.Array]:
