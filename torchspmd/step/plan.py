@@ -58,6 +58,7 @@ class Plan:
         if self.ids is None:
             self.ids = tuple(range(len(jax.devices())))
         self.sources = list(captured.sources)
+        self._layouts: list = [None] * len(self.sources)  # each input's layout, once placed
         self.consts = {}
         self._scalars(graph)
         self._outputs(captured, graph)
@@ -174,16 +175,16 @@ class Plan:
     def __call__(self, args: list[SpmdTensor], first: bool = False):
         values = self.inputs(args, first)
         arrays = [v[0].arrays[v[1]] for v in values]
-        placed = [placement.place(a, self.ids) for a in arrays]
         flying = execute.in_flight_ids()
+        exclusive = [not first and _exclusive(values[i], arrays[i], flying) for i in self.donated]
+        placed = self._placed(arrays)
         donated = []
-        for i in self.donated:
-            a = placed[i]
-            if first or not _exclusive(values[i], arrays[i], flying):
-                a = jnp.copy(a)  # someone else holds this buffer: donate a copy
-            else:
-                COUNTERS["donated_bytes"] += a.nbytes
-            donated.append(a)
+        for i, alone in zip(self.donated, exclusive):
+            if alone:
+                COUNTERS["donated_bytes"] += placed[i].nbytes
+                donated.append(placed[i])
+            else:  # someone else holds this buffer: donate a copy
+                donated.append(jnp.copy(placed[i]))
         kept = [placed[i] for i in self.kept]
         del values, arrays
         vectors = self._vectors()
@@ -193,6 +194,18 @@ class Plan:
         COUNTERS["executions"] += 1
         execute.note_in_flight(outputs[:1])
         return outputs, placed
+
+    def _placed(self, arrays: list) -> list:
+        """``arrays`` on the program's devices, in id order; an array already laid out as
+        this input was last time is taken as it is (placing costs host time per input)."""
+        layouts = self._layouts
+        placed = []
+        for i, a in enumerate(arrays):
+            if layouts[i] is None or a.sharding != layouts[i]:
+                a = placement.place(a, self.ids)
+                layouts[i] = a.sharding
+            placed.append(a)
+        return placed
 
     def _vectors(self) -> list[np.ndarray]:
         ints = self.vectors[int]
@@ -254,7 +267,9 @@ def _exclusive(value, array, flying: set[int]) -> bool:
     """Whether the leaf ``value`` and its ``array`` are held only by the one storage that
     the step overwrites (so donating the buffer cannot break another tensor)."""
     node = value[0]
-    # The storage's ``value`` tuple, the caller's list and the argument; likewise the node
-    # (held by that tuple) and the array (held by ``node.arrays`` and two lists).
-    return (sys.getrefcount(value) <= 4 and sys.getrefcount(node) <= 4
+    # Expected references: to the tuple, the storage's ``value``, the caller's list, this
+    # argument and getrefcount's; to the node, that tuple, this local and getrefcount's;
+    # to the array, ``node.arrays``, the caller's list, this argument, getrefcount's, and
+    # the in-flight list if there.
+    return (sys.getrefcount(value) <= 4 and sys.getrefcount(node) <= 3
             and sys.getrefcount(array) <= 4 + (id(array) in flying))
