@@ -32,8 +32,13 @@ def prepare(optimizers: list[torch.optim.Optimizer]) -> None:
     float learning rate set by hand since the last call is copied into the device scalar."""
     for opt in optimizers:
         tensor_lr = isinstance(opt, _TENSOR_LR)
-        for group in opt.param_groups:
+        if "_torchspmd_capturable" not in opt.__dict__:
+            # Checkpoints keep the optimizer's own settings: a float lr, capturable as set.
+            opt.__dict__["_torchspmd_capturable"] = {}
+            opt.register_state_dict_post_hook(_portable_state_dict)
+        for i, group in enumerate(opt.param_groups):
             if "capturable" in group and not group["capturable"]:
+                opt.__dict__["_torchspmd_capturable"][i] = False
                 group["capturable"] = True
                 _steps_to_device(opt, group)
             if tensor_lr and "capturable" in group:
@@ -64,6 +69,18 @@ def _lr_on_device(opt, group) -> None:
     else:
         scalar.fill_(value)
     group["lr"] = scalar
+
+
+def _portable_state_dict(opt, state_dict: dict) -> dict:
+    """``opt.state_dict()`` as the optimizer had it before :func:`prepare`: learning rates
+    as floats and ``capturable`` as the user set it (a CPU copy can load it)."""
+    original = opt.__dict__.get("_torchspmd_capturable", {})
+    for i, group in enumerate(state_dict["param_groups"]):
+        if isinstance(group.get("lr"), torch.Tensor):
+            group["lr"] = group["lr"].item()
+        if i in original:
+            group["capturable"] = original[i]
+    return state_dict
 
 
 def hyperparameters(optimizers: list[torch.optim.Optimizer]) -> tuple:
