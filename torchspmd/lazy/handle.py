@@ -84,10 +84,11 @@ class Handle:
         """The tensor's current graph value (a view is re-derived if its base changed)."""
         if _RECORDING[0] is not None:
             provenance.touched(self.storage)
+            if self._cached_epoch != _EPOCH[0]:  # cached before this recording began
+                self._cached = None
         if not self.view:
             return self.storage.value
-        if (self._cached is None or self._cached_version != self.storage.version
-                or self._cached_epoch != _EPOCH[0]):
+        if self._cached is None or self._cached_version != self.storage.version:
             self._cached_version = self.storage.version
             value = derive(self.storage.value, self.storage.meta, self.view)
             if self.annotation is not None:
