@@ -19,9 +19,11 @@ Example::
 
 from __future__ import annotations
 
+import numpy as np
 import torch
 
 from torchspmd.device.tensor import DEVICE
+from torchspmd.sharding.state import new_leaf
 
 # Optimizers whose tensor learning rate is used by tensor ops only (with capturable=True).
 _TENSOR_LR = (torch.optim.Adam, torch.optim.AdamW)
@@ -66,8 +68,8 @@ def _lr_on_device(opt, group) -> None:
     value = float(lr)
     if scalar is None:
         scalar = owned[id(group)] = torch.tensor(value, dtype=torch.float64, device=DEVICE)
-    else:
-        scalar.fill_(value)
+    else:  # new host data for the same tensor: an upload, not a program run
+        scalar._h.storage.set(new_leaf(scalar._h.meta, host=np.array(value, dtype=np.float64)))
     group["lr"] = scalar
 
 
