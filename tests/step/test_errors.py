@@ -109,3 +109,15 @@ def test_torch_compile_of_an_spmd_model_gives_eager_results():
     torch.testing.assert_close(y.cpu(), expected.cpu())
     for g, p in zip(grads, model.parameters()):
         torch.testing.assert_close(g, p.grad.cpu())
+
+
+def test_check_every_passes_and_keeps_replaying_when_the_path_is_the_same():
+    @xs.compile(check_every=2)
+    def step(x):
+        return torch.relu(x) * 2
+
+    x = torch.ones(3).to(DEVICE)
+    outs = [step(x) for _ in range(5)]
+    assert xs.metrics()["step_recaptures_check"] >= 2
+    for out in outs:
+        torch.testing.assert_close(out.cpu(), torch.full((3,), 2.0))

@@ -91,3 +91,15 @@ def test_nested_results_come_back_in_their_structure():
     torch.testing.assert_close(out["parts"][0].cpu(), expected.max())
     torch.testing.assert_close(out["parts"][1][0].cpu(), expected.min())
     assert xs.metrics()["step_replays"] >= 1
+
+
+def test_an_argument_updated_in_place_is_updated_for_the_caller():
+    @xs.compile
+    def scale_(x):
+        x.mul_(3)
+
+    tensors = [torch.full((2,), float(i)).to(DEVICE) for i in range(3)]
+    for t in tensors:
+        scale_(t)
+    for i, t in enumerate(tensors):
+        torch.testing.assert_close(t.cpu(), torch.full((2,), 3.0 * i))
