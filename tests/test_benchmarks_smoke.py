@@ -19,8 +19,11 @@ def test_train_step_benchmark_runs_and_matches_jax():
     out = proc.stdout
     assert proc.returncode == 0, out + proc.stderr
     assert "ratio torchspmd / JAX:" in out, out
-    assert "loss check: PASS" in out, out
+    assert "ratio compiled / JAX:" in out, out
+    assert "loss check (torchspmd): PASS" in out, out
+    assert "loss check (compiled): PASS" in out, out
     assert "compiles after warm-up: torchspmd 0 " in out, out
+    assert " 0 captures (must be 0)" in out, out
 
 
 def test_train_step_benchmark_sharded_matches_jax():
@@ -32,7 +35,8 @@ def test_train_step_benchmark_sharded_matches_jax():
     assert proc.returncode == 0, out + proc.stderr
     assert "mesh {'data': 2, 'model': 2}, strategy fsdp+tp" in out, out
     assert "collectives per step: torchspmd " in out, out
-    assert "loss check: PASS" in out, out
+    assert "loss check (torchspmd): PASS" in out, out
+    assert "loss check (compiled): PASS" in out, out
     assert "compiles after warm-up: torchspmd 0 " in out, out
 
 

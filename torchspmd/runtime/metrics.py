@@ -20,6 +20,14 @@ def reset() -> None:
         bytes_to_device=0,  # host -> device, summed over devices
         bytes_to_host=0,  # device -> host
         programs_evicted=0,  # compiled programs dropped from the bounded compile cache
+        step_captures=0,  # torchspmd.compile: calls whose Python ran under the recorder
+        step_replays=0,  # compiled-step calls that ran as one program, no Python
+        step_warmups=0,  # captures run lazily because state appeared on first use
+        step_recaptures_hyperparameters=0,  # a Python-number hyperparameter changed
+        step_recaptures_check=0,  # check_every re-recordings
+        step_recaptures_state=0,  # state changed outside the step (p.grad set to None...)
+        step_check_misses=0,  # check_every found another path
+        donated_bytes=0,  # buffers handed to a step that overwrote them
     )
 
 
