@@ -25,6 +25,7 @@ register()
 import torchspmd.debug  # noqa: E402,F401  (torchspmd.debug.metrics_report() etc.)
 import torchspmd.distributed  # noqa: E402,F401  (torchspmd.distributed.initialize() etc.)
 from torchspmd.interop import call_jax  # noqa: E402
+from torchspmd.parallel.scan import scan_layers  # noqa: E402
 
 __all__ = ["device", "device_count", "sync", "wait_device_ops", "metrics", "reset_metrics",
-           "manual_seed", "set_compile_cache_size", "call_jax", *_sharding_names]
+           "manual_seed", "set_compile_cache_size", "call_jax", "scan_layers", *_sharding_names]

@@ -7,10 +7,12 @@ shardings flow through it both ways (``with_sharding_constraint`` and ``jax.shar
 inside it are seen by XLA's partitioner like any other op). Inside a manual-sharding
 region it receives local blocks, as every op there does.
 
-Gradients: ``_JaxFunction`` is an ``autograd.Function`` whose backward is another op,
-:class:`JaxVjp` (the ``jax.vjp`` of the function; the forward is recomputed inside it,
-and when both are in one graph XLA removes the duplicate). The backward goes through the
-same ``autograd.Function``, so second derivatives work too.
+Gradients: ``_JaxFunction`` is an ``autograd.Function``. With gradients on, the node
+recorded is :class:`JaxForward` (the function under ``jax.vjp``: outputs and the
+residuals the backward needs), and the backward is another node, :class:`JaxBackward`,
+which rebuilds the pullback from those residuals, so the forward runs once, as with
+PyTorch's saved tensors. The backward node is differentiable in turn (by recomputation,
+:class:`JaxVjp`), so second derivatives work too.
 
 Ops are interned on ``(fn, argument structure, static arguments)``: calling the same
 function the same way each step reuses one op, hence one compiled program. A new function
@@ -41,7 +43,7 @@ from torchspmd.lowering.dtypes import to_jax_dtype, to_torch_dtype
 from torchspmd.lowering.registry import LOWERINGS
 from torchspmd.sharding.sharded_tensor import XLAShardedTensor
 
-__all__ = ["call_jax", "JaxCall", "JaxVjp"]
+__all__ = ["call_jax", "JaxOp", "JaxCall", "JaxVjp", "JaxForward", "JaxBackward"]
 
 Structs = tuple  # ((shape, numpy dtype), ...): the inputs an op's outputs are inferred for
 
@@ -58,6 +60,7 @@ class JaxOp:
         self.__name__ = name
         self._outputs: dict[Structs, tuple[list, Any]] = {}
         self._vjp: JaxVjp | None = None
+        self._forward: JaxForward | None = None
         self.n_outputs = 0  # output leaves, known once inferred (fixed for an interned op)
         LOWERINGS[self] = self.lower
 
@@ -91,10 +94,17 @@ class JaxOp:
         return self.flat(*arrays)
 
     def vjp(self) -> "JaxVjp":
-        """The op computing this op's input gradients from its outputs' cotangents."""
+        """The op computing this op's input gradients from its outputs' cotangents
+        (recomputing the forward: used for second derivatives)."""
         if self._vjp is None:
             self._vjp = JaxVjp(self)
         return self._vjp
+
+    def forward(self) -> "JaxForward":
+        """This op, also returning the residuals its backward needs (see :class:`JaxForward`)."""
+        if self._forward is None:
+            self._forward = JaxForward(self)
+        return self._forward
 
 
 class _TensorLeaf:
@@ -163,25 +173,25 @@ class JaxCall(JaxOp):
 
 
 class JaxVjp(JaxOp):
-    """``(inputs..., cotangents...) -> gradients`` of ``forward`` by ``jax.vjp``.
+    """``(inputs..., cotangents...) -> gradients`` of ``primal`` by ``jax.vjp``.
 
-    One cotangent per output of ``forward`` (those of integer outputs are ignored:
+    One cotangent per output of ``primal`` (those of integer outputs are ignored:
     integers have no gradient); the outputs are the gradients of the floating inputs,
     in input order.
     """
 
-    def __init__(self, forward: JaxOp):
-        super().__init__(f"{forward.__name__}.vjp")
-        self.forward = forward
+    def __init__(self, primal: JaxOp):
+        super().__init__(f"{primal.__name__}.vjp")
+        self.primal = primal
 
     @property
     def count(self) -> int:
-        return self.forward.count + self.forward.n_outputs
+        return self.primal.count + self.primal.n_outputs
 
     def _split(self, structs: Structs) -> tuple[Structs, list[int], list[int]]:
         """The forward's inputs, which of them are differentiated, which outputs count."""
-        inputs = structs[: self.forward.count]
-        outs = self.forward.outputs(inputs)[0]
+        inputs = structs[: self.primal.count]
+        outs = self.primal.outputs(inputs)[0]
         wrt = [i for i, (_, dtype) in enumerate(inputs) if is_differentiable(dtype)]
         return inputs, wrt, [i for i, s in enumerate(outs) if is_differentiable(s.dtype)]
 
@@ -193,7 +203,7 @@ class JaxVjp(JaxOp):
             full = list(primals)
             for i, d in zip(wrt, diff):
                 full[i] = d
-            out = self.forward.flat(*full)
+            out = self.primal.flat(*full)
             return [out[i] for i in outs]
 
         _, pullback = jax.vjp(f, *[primals[i] for i in wrt])
@@ -202,6 +212,81 @@ class JaxVjp(JaxOp):
     def _infer(self, structs: Structs) -> tuple[list, Any]:
         inputs, wrt, _ = self._split(structs)
         leaves = [jax.ShapeDtypeStruct(*inputs[i]) for i in wrt]
+        return leaves, jax.tree_util.tree_structure(leaves)
+
+
+class JaxForward(JaxOp):
+    """``op``'s outputs followed by the residuals of its ``jax.vjp``.
+
+    Differentiating ``op`` this way computes its forward once: the backward node
+    (:meth:`backward`) rebuilds the pullback from the residuals, as PyTorch's autograd
+    reuses saved tensors. The pullback's structure (which holds the backward's jaxpr)
+    is static per input layout and is kept here, keyed by it.
+    """
+
+    def __init__(self, op: JaxOp):
+        super().__init__(f"{op.__name__}.forward")
+        self.op, self.count = op, op.count
+        self.pullbacks: dict[Structs, Any] = {}  # input layout -> the pullback's treedef
+        self._backwards: dict[Structs, JaxBackward] = {}
+
+    def flat(self, *arrays) -> list:
+        structs = structs_of(arrays)
+        outs = self.op.outputs(structs)[0]
+        wrt = [i for i, (_, dtype) in enumerate(structs) if is_differentiable(dtype)]
+        floats = [i for i, s in enumerate(outs) if is_differentiable(s.dtype)]
+        others = [i for i in range(len(outs)) if i not in floats]
+
+        def f(*diff):
+            full = list(arrays)
+            for i, d in zip(wrt, diff):
+                full[i] = d
+            out = self.op.flat(*full)
+            return [out[i] for i in floats], [out[i] for i in others]
+
+        float_outs, pullback, other_outs = jax.vjp(f, *[arrays[i] for i in wrt], has_aux=True)
+        results = [None] * len(outs)
+        for i, v in zip(floats, float_outs):
+            results[i] = v
+        for i, v in zip(others, other_outs):
+            results[i] = v
+        residuals, self.pullbacks[structs] = jax.tree_util.tree_flatten(pullback)
+        return results + residuals
+
+    def _infer(self, structs: Structs) -> tuple[list, Any]:
+        leaves = jax.eval_shape(lambda *a: self.flat(*a),
+                                *[jax.ShapeDtypeStruct(s, d) for s, d in structs])
+        return leaves, jax.tree_util.tree_structure(leaves)
+
+    def backward(self, structs: Structs) -> "JaxBackward":
+        """The op ``(residuals..., cotangents...) -> input gradients`` for inputs ``structs``."""
+        op = self._backwards.get(structs)
+        if op is None:
+            op = self._backwards[structs] = JaxBackward(self, structs)
+        return op
+
+
+class JaxBackward(JaxOp):
+    """``(residuals..., cotangents...) -> gradients`` of a :class:`JaxForward`'s op.
+
+    One cotangent per output of the op (those of integer outputs are ignored); the
+    outputs are the gradients of the op's floating inputs, in input order.
+    """
+
+    def __init__(self, forward: JaxForward, structs: Structs):
+        super().__init__(f"{forward.op.__name__}.backward")
+        self.source, self.structs = forward, structs
+        self.residuals = forward.pullbacks[structs].num_leaves
+        self.count = self.residuals + forward.op.n_outputs
+
+    def flat(self, *arrays) -> list:
+        residuals, cotangents = arrays[: self.residuals], arrays[self.residuals:]
+        pullback = jax.tree_util.tree_unflatten(self.source.pullbacks[self.structs], residuals)
+        outs = self.source.op.outputs(self.structs)[0]
+        return list(pullback([c for c, s in zip(cotangents, outs) if is_differentiable(s.dtype)]))
+
+    def _infer(self, structs: Structs) -> tuple[list, Any]:
+        leaves = [jax.ShapeDtypeStruct(s, d) for s, d in self.structs if is_differentiable(d)]
         return leaves, jax.tree_util.tree_structure(leaves)
 
 
@@ -264,21 +349,32 @@ def _record(op: JaxOp, tensors) -> list[SpmdTensor]:
 
 
 class _JaxFunction(torch.autograd.Function):
-    """Autograd for a :class:`JaxOp`: the backward records the op's :class:`JaxVjp`."""
+    """Autograd for a :class:`JaxOp`: the forward records its :class:`JaxForward` (outputs
+    and residuals), the backward its :class:`JaxBackward`. Under ``create_graph=True`` the
+    backward is :class:`JaxVjp` of the inputs instead, so that it is differentiable in
+    turn (residuals carry no autograd history)."""
 
     @staticmethod
     def forward(ctx, op: JaxOp, *tensors: torch.Tensor):
-        outputs = _record(op, tensors)
-        ctx.op = op
-        ctx.save_for_backward(*tensors)
+        forward = op.forward()
+        recorded = _record(forward, tensors)
+        outputs, residuals = recorded[: op.n_outputs], recorded[op.n_outputs:]
+        ctx.op, ctx.count = op, len(tensors)
+        ctx.backward_op = forward.backward(structs_of(tensors))
+        ctx.floating = [_floating(t) for t in tensors]
+        ctx.save_for_backward(*tensors, *residuals)
         ctx.mark_non_differentiable(*[o for o in outputs if not _floating(o)])
         return tuple(outputs)
 
     @staticmethod
     def backward(ctx, *cotangents: torch.Tensor):
-        tensors = ctx.saved_tensors
-        grads = iter(apply(ctx.op.vjp(), [*tensors, *cotangents]))
-        return (None, *[next(grads) if _floating(t) else None for t in tensors])
+        saved = ctx.saved_tensors
+        inputs, residuals = saved[: ctx.count], saved[ctx.count:]
+        if torch.is_grad_enabled():  # create_graph=True: a differentiable backward
+            grads = iter(apply(ctx.op.vjp(), [*inputs, *cotangents]))
+        else:
+            grads = iter(apply(ctx.backward_op, [*residuals, *cotangents]))
+        return (None, *[next(grads) if floating else None for floating in ctx.floating])
 
 
 def _floating(t: torch.Tensor) -> bool:

@@ -10,11 +10,13 @@ Example::
 from torchspmd.parallel.distribute import auto_policy, xla_distribute_module
 from torchspmd.parallel.fsdp import (SpmdFullyShardedDataParallel,
                                      apply_backward_optimization_barrier, fsdp_partition_spec)
+from torchspmd.parallel.scan import scan_layers
 
 __all__ = [
     "SpmdFullyShardedDataParallel",
     "apply_backward_optimization_barrier",
     "auto_policy",
     "fsdp_partition_spec",
+    "scan_layers",
     "xla_distribute_module",
 ]
