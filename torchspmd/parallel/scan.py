@@ -37,7 +37,8 @@ from torch import nn
 from torch.func import functional_call
 
 from torchspmd.device.tensor import SpmdTensor
-from torchspmd.interop.call_jax import JaxOp, apply
+from torchspmd.interop.jax_autograd import apply
+from torchspmd.interop.jax_op import JaxOp
 from torchspmd.interop.trace import TracedFunction, trace
 from torchspmd.sharding import state
 
