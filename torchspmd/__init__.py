@@ -27,7 +27,10 @@ register()
 from torchspmd.step import compile  # noqa: E402  (torchspmd.compile)
 import torchspmd.debug  # noqa: E402,F401  (torchspmd.debug.metrics_report() etc.)
 import torchspmd.distributed  # noqa: E402,F401  (torchspmd.distributed.initialize() etc.)
+from torchspmd.interop import call_jax  # noqa: E402
+from torchspmd.parallel.scan import scan_layers  # noqa: E402
 
 __all__ = ["device", "device_count", "sync", "wait_device_ops", "metrics", "reset_metrics",
-           "manual_seed", "set_compile_cache_size", "compile", "XLAPatchedLinear",
-           "xla_patched_nn_linear_forward", "apply_xla_patch_to_nn_linear", *_sharding_names]
+           "manual_seed", "set_compile_cache_size", "compile", "call_jax", "scan_layers",
+           "XLAPatchedLinear", "xla_patched_nn_linear_forward", "apply_xla_patch_to_nn_linear",
+           *_sharding_names]

@@ -1,4 +1,7 @@
-"""``xla_distribute_module``: shard a module's parameters and inputs with user functions.
+"""PyTorch/XLA's DTensor-style entry points: ``xla_distribute_module``, ``xla_distribute_tensor``.
+
+``xla_distribute_module`` shards a module's parameters and inputs with user functions;
+``xla_distribute_tensor`` places one tensor by DTensor placements over a DeviceMesh.
 
 PyTorch/XLA's DTensor-style entry point (spec §1.10): ``partition_fn(name, submodule,
 mesh)`` runs for every ``named_modules()`` entry (typically calling ``mark_sharding`` on
@@ -20,11 +23,16 @@ import warnings
 from collections.abc import Callable
 from typing import Any
 
+import torch
 from torch import nn
+from torch.distributed.tensor import Replicate
 
+from torchspmd.parallel.placements import convert_to_xla_mesh, is_device_mesh, placements_to_spec
+from torchspmd.sharding.api import mark_sharding
 from torchspmd.sharding.mesh import Mesh
+from torchspmd.sharding.sharded_tensor import XLAShardedTensor
 
-__all__ = ["auto_policy", "xla_distribute_module"]
+__all__ = ["auto_policy", "xla_distribute_module", "xla_distribute_tensor"]
 
 
 def auto_policy(name: str, module: nn.Module, device_mesh: Any) -> None:
@@ -109,3 +117,32 @@ def xla_distribute_module(module: nn.Module, device_mesh: Mesh | None = None,
     if output_fn is not None:
         _install_output_fn(module, output_fn, device_mesh)
     return module
+
+
+def xla_distribute_tensor(tensor: torch.Tensor, device_mesh: Any,
+                          placements: Any = None) -> XLAShardedTensor:
+    """``tensor`` on the spmd device, sharded by DTensor ``placements`` over ``device_mesh``.
+
+    PyTorch/XLA's function: ``device_mesh`` is a ``torch.distributed.DeviceMesh`` (or a
+    torchspmd :class:`Mesh`), ``placements`` one ``Shard(d)``/``Replicate()`` per mesh dim
+    (default: all ``Replicate()``). ``Partial()`` raises ``NotImplementedError``. A CPU
+    tensor is moved to the spmd device first. Returns the ``XLAShardedTensor``.
+
+    Example::
+
+        >>> mesh = init_device_mesh("cpu", (2, 4), mesh_dim_names=("dp", "tp"))
+        >>> xt = xla_distribute_tensor(torch.randn(8, 16), mesh, [Shard(0), Shard(1)])
+        >>> xt.sharding_spec
+        '{devices=[2,4]0,1,2,3,4,5,6,7}'
+    """
+    mesh = convert_to_xla_mesh(device_mesh) if is_device_mesh(device_mesh) else device_mesh
+    if not isinstance(mesh, Mesh):
+        raise TypeError(f"torchspmd: xla_distribute_tensor needs a DeviceMesh or a Mesh, got "
+                        f"{type(device_mesh).__name__}.")
+    ndim = len(mesh.mesh_shape)
+    placements = list(placements) if placements is not None else [None] * ndim
+    placements = [Replicate() if p is None else p for p in placements]
+    spec = placements_to_spec(placements, tensor.dim(), range(ndim))
+    if tensor.device.type != "spmd":
+        tensor = tensor.to("spmd")
+    return mark_sharding(tensor, mesh, spec)

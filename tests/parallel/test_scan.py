@@ -1,0 +1,119 @@
+"""scan_layers: a homogeneous stack through lax.scan, equal to the Python loop on CPU."""
+
+import copy
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+import torchspmd
+from torchspmd import Mesh, get_sharding, mark_sharding, scan_layers
+from torchspmd.testing.models import Block
+
+
+class Residual(nn.Module):
+    def __init__(self, dim: int = 16):
+        super().__init__()
+        self.norm, self.up, self.down = nn.LayerNorm(dim), nn.Linear(dim, 2 * dim), nn.Linear(2 * dim, dim)
+
+    def forward(self, x):
+        return x + self.down(F.gelu(self.up(self.norm(x))))
+
+
+def layers(cls=Residual, n: int = 3, **kwargs) -> nn.ModuleList:
+    torch.manual_seed(0)
+    return nn.ModuleList(cls(**kwargs) for _ in range(n))
+
+
+def loop(stack, x):
+    for layer in stack:
+        x = layer(x)
+    return x
+
+
+def test_forward_and_every_layers_gradients_match_the_loop_on_cpu():
+    cpu = layers()
+    spmd = copy.deepcopy(cpu).to("spmd")
+    x = torch.randn(4, 5, 16)
+    expected = loop(cpu, x)
+    expected.square().mean().backward()
+    out = scan_layers(spmd, x.to("spmd"))
+    out.square().mean().backward()
+    torch.testing.assert_close(out.cpu(), expected.detach())
+    for (name, p), q in zip(cpu.named_parameters(), spmd.parameters()):
+        torch.testing.assert_close(q.grad.cpu(), p.grad, msg=name)
+
+
+def test_transformer_blocks_train_like_the_loop():
+    cpu = layers(Block, n=2, dim=16, heads=2)
+    spmd = copy.deepcopy(cpu).to("spmd")
+    opt_cpu = torch.optim.SGD(cpu.parameters(), lr=0.1)
+    opt_spmd = torch.optim.SGD(spmd.parameters(), lr=0.1)
+    for step in range(2):
+        x = torch.randn(2, 8, 16, generator=torch.Generator().manual_seed(step))
+        loss_cpu = loop(cpu, x).square().mean()
+        loss_spmd = scan_layers(spmd, x.to("spmd")).square().mean()
+        for loss, opt in ((loss_cpu, opt_cpu), (loss_spmd, opt_spmd)):
+            loss.backward()
+            opt.step()
+            opt.zero_grad()
+        torch.testing.assert_close(loss_spmd.cpu(), loss_cpu.detach())
+    for p, q in zip(cpu.parameters(), spmd.parameters()):
+        torch.testing.assert_close(q.detach().cpu(), p.detach())
+
+
+def test_every_step_after_the_first_reuses_the_compiled_program():
+    spmd = layers().to("spmd")
+    x = torch.randn(4, 16)
+    scan_layers(spmd, x.to("spmd")).sum().backward()
+    spmd.zero_grad()  # the next steps then record the very same graph
+    torchspmd.sync()
+    before = torchspmd.metrics()["graphs_compiled"]
+    for _ in range(2):
+        scan_layers(spmd, x.to("spmd")).sum().backward()
+        spmd.zero_grad()
+        torchspmd.sync()
+    assert torchspmd.metrics()["graphs_compiled"] == before
+
+
+def test_stacked_parameters_are_sharded_as_the_layers_were():
+    mesh = Mesh(np.arange(8), (2, 4), ("data", "model"))
+    cpu = layers()
+    spmd = copy.deepcopy(cpu).to("spmd")
+    for layer in spmd:
+        mark_sharding(layer.up.weight, mesh, ("model", None))
+        mark_sharding(layer.down.weight, mesh, (None, "model"))
+    x = torch.randn(8, 16)
+    xs = x.to("spmd")
+    mark_sharding(xs, mesh, ("data", None))
+    out = scan_layers(spmd, xs)
+    out.sum().backward()
+    torch.testing.assert_close(out.cpu(), loop(cpu, x).detach())
+    torchspmd.sync()
+    assert get_sharding(spmd[1].up.weight.grad) == get_sharding(spmd[1].up.weight)
+
+
+def test_layers_of_different_shapes_are_refused():
+    stack = nn.ModuleList([Residual(16), Residual(8)]).to("spmd")
+    with pytest.raises(ValueError, match="identical layers; layer 1"):
+        scan_layers(stack, torch.randn(2, 16).to("spmd"))
+
+
+def test_a_layer_changing_the_hidden_shape_is_refused():
+    stack = nn.ModuleList([nn.Linear(16, 8), nn.Linear(16, 8)]).to("spmd")
+    with pytest.raises(ValueError, match="one tensor of its input's shape"):
+        scan_layers(stack, torch.randn(2, 16).to("spmd"))
+
+
+def test_dropout_in_a_scanned_layer_is_refused_with_the_fix():
+    stack = nn.ModuleList([nn.Dropout(0.5), nn.Dropout(0.5)]).to("spmd")
+    with pytest.raises(NotImplementedError, match=r"random numbers.*p=0 or model.eval\(\)"):
+        scan_layers(stack, torch.randn(2, 16).to("spmd"))
+
+
+def test_buffer_updates_in_a_scanned_layer_are_refused():
+    stack = nn.ModuleList([nn.BatchNorm1d(16), nn.BatchNorm1d(16)]).to("spmd")
+    with pytest.raises(NotImplementedError, match="modified in place"):
+        scan_layers(stack, torch.randn(4, 16).to("spmd"))

@@ -1,0 +1,152 @@
+"""``scan_layers``: a stack of identical layers compiled once, through ``jax.lax.scan``.
+
+PyTorch/XLA's ``scan_layers`` semantics: ``layers`` is a homogeneous sequence (same class,
+same parameter and buffer names, shapes and dtypes); each layer maps the hidden state to a
+new hidden state of the same shape. The result equals ``for layer in layers: h = layer(h)``,
+but XLA compiles one layer body instead of ``len(layers)`` copies of it.
+
+Route, and why: one layer's forward is recorded on placeholder spmd tensors
+(``interop.trace``: the device's own recording and lowering table, so every op the device
+runs works here, sharding constraints included), and the scan over the stacked parameters
+becomes one :class:`~torchspmd.interop.call_jax.JaxOp` node. Its gradient is ``jax.vjp`` of
+the scan (a reverse scan), reusing call_jax's autograd. The parameters enter as
+``torch.stack`` of the layers' own parameters, so autograd delivers each layer's slice of
+the stacked gradient to that layer's ``.grad``; a stacked parameter is sharded as the
+first layer's parameter was, with the layer axis unsharded.
+
+Limits (each raises a clear error): no random ops in the layers (dropout), no in-place
+updates of buffers, no manual-sharding regions; tensors the layer captures from outside
+its parameters and input enter as constants without gradients.
+
+Example::
+
+    layers = nn.ModuleList(DecoderLayer(cfg) for _ in range(16)).to("spmd")
+    h = torchspmd.scan_layers(layers, h)       # same value as the Python loop
+    loss(h).backward()                         # layers[i].weight.grad as usual
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+import jax
+import torch
+from jax.sharding import NamedSharding, PartitionSpec
+from torch import nn
+from torch.func import functional_call
+
+from torchspmd.device.tensor import SpmdTensor
+from torchspmd.interop.jax_autograd import apply
+from torchspmd.interop.jax_op import JaxOp
+from torchspmd.interop.trace import TracedFunction, trace
+from torchspmd.sharding import state
+
+__all__ = ["scan_layers"]
+
+# TracedFunction.key -> the scan op over that body (one compiled program per body).
+_SCANS: dict[tuple, "ScanOp"] = {}
+
+
+class ScanOp(JaxOp):
+    """``(hidden, *stacked, *constants) -> hidden``: ``body`` scanned over the stack's axis 0."""
+
+    def __init__(self, body: TracedFunction, stacked: int, constants: int):
+        super().__init__(f"scan_layers({stacked} stacked tensors)")
+        self.body, self.stacked = body, stacked
+        self.count = 1 + stacked + constants
+
+    @classmethod
+    def get(cls, body: TracedFunction, stacked: int, constants: int) -> "ScanOp":
+        op = _SCANS.get(body.key)
+        if op is None:
+            op = _SCANS[body.key] = cls(body, stacked, constants)
+        return op
+
+    def flat(self, hidden, *arrays) -> list:
+        stacked, constants = list(arrays[: self.stacked]), list(arrays[self.stacked:])
+
+        def step(h, layer):
+            (out,) = self.body.replay([*layer, h], constants)
+            return out, None
+
+        out, _ = jax.lax.scan(step, hidden, stacked)
+        return [out]
+
+    def _infer(self, structs) -> tuple[list, Any]:
+        leaves = [jax.ShapeDtypeStruct(*structs[0])]
+        return leaves, jax.tree_util.tree_structure(leaves)
+
+
+def scan_layers(layers: Iterable[nn.Module], input_data: torch.Tensor) -> torch.Tensor:
+    """``input_data`` through every layer in order, compiled as one ``lax.scan``.
+
+    Args:
+      layers: modules of one class with identical parameter/buffer names, shapes and
+        dtypes (an ``nn.ModuleList`` of decoder layers), on the spmd device. Each maps a
+        tensor to a tensor of the same shape and dtype.
+      input_data: the hidden state entering the first layer (spmd tensor).
+
+    Example::
+
+        >>> h = torchspmd.scan_layers(model.layers, model.embed(tokens))
+    """
+    layers = list(layers)
+    if not layers:
+        raise ValueError("torchspmd: scan_layers needs at least one layer.")
+    names = _check_homogeneous(layers)
+    if not isinstance(input_data, SpmdTensor):
+        raise TypeError(f"torchspmd: scan_layers input is a tensor on {input_data.device}; "
+                        "move it to the spmd device first (t.to('spmd')).")
+    first = layers[0]
+    per_layer = [_named_tensors(layer) for layer in layers]
+    stacked = [_stacked([tensors[n] for tensors in per_layer]) for n in names]
+
+    def body(*tensors):
+        *params, h = tensors
+        return functional_call(first, dict(zip(names, params)), (h,))
+
+    metas = [per_layer[0][n]._h.meta for n in names] + [input_data._h.meta]
+    traced, constants, outs = trace(body, metas, caller="scan_layers")
+    if len(outs) != 1 or outs[0] != input_data._h.meta:
+        raise ValueError(
+            f"torchspmd: scan_layers: a layer must return one tensor of its input's shape and "
+            f"dtype {tuple(input_data.shape)} {input_data.dtype}; it returned "
+            f"{[(m.shape, m.dtype) for m in outs]}.")
+    op = ScanOp.get(traced, len(stacked), len(constants))
+    (out,) = apply(op, [input_data, *stacked, *constants])
+    return out
+
+
+def _named_tensors(layer: nn.Module) -> dict[str, torch.Tensor]:
+    return {**dict(layer.named_parameters()), **dict(layer.named_buffers())}
+
+
+def _check_homogeneous(layers: list[nn.Module]) -> list[str]:
+    """The tensor names every layer has; a clear error for layers that differ."""
+    def layout(layer):
+        return [(n, tuple(t.shape), t.dtype) for n, t in _named_tensors(layer).items()]
+
+    first = layout(layers[0])
+    for i, layer in enumerate(layers[1:], start=1):
+        if type(layer) is not type(layers[0]) or layout(layer) != first:
+            raise ValueError(
+                f"torchspmd: scan_layers needs identical layers; layer {i} "
+                f"({type(layer).__name__}) differs from layer 0 ({type(layers[0]).__name__}) "
+                "in class or in parameter/buffer names, shapes or dtypes.")
+    for name, t in _named_tensors(layers[0]).items():
+        if not isinstance(t, SpmdTensor):
+            raise TypeError(f"torchspmd: scan_layers: {name} is on {t.device}; move the "
+                            "layers to the spmd device first (layers.to('spmd')).")
+    return [n for n, _, _ in first]
+
+
+def _stacked(tensors: list[torch.Tensor]) -> torch.Tensor:
+    """``torch.stack`` of one tensor of every layer, sharded as the first one is."""
+    out = torch.stack(tensors)
+    sharding = state.jax_sharding_of(state.current_value(tensors[0]))
+    if isinstance(sharding, NamedSharding):
+        spec = PartitionSpec(None, *sharding.spec)
+        stacked = NamedSharding(sharding.mesh, spec)
+        state.annotate(out, state.constrain(state.current_value(out), stacked))
+    return out
