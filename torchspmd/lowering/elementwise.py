@@ -202,12 +202,6 @@ def mvlgamma(meta, x, p):
     return out.astype(meta.dtype)
 
 
-@lowers(aten.polygamma.default)
-def polygamma(meta, n, x):
-    x = x.astype(opmath(meta.dtype))
-    return (_digamma(x) if n == 0 else jsp.polygamma(n, x)).astype(meta.dtype)
-
-
 @lowers(aten.frexp.Tensor)
 def frexp(meta, x):
     mantissa, exponent = jnp.frexp(x.astype(meta[0].dtype))
@@ -275,7 +269,6 @@ _BINARY = {
     (aten.lcm.default,): jnp.lcm,
     (aten.igamma.default,): jsp.gammainc,
     (aten.igammac.default,): jsp.gammaincc,
-    (aten.special_zeta.default, aten.special_zeta.other_scalar, aten.special_zeta.self_scalar): jsp.zeta,
     (aten.bitwise_and.Tensor, aten.bitwise_and.Scalar, aten.bitwise_and.Scalar_Tensor): jnp.bitwise_and,
     (aten.bitwise_or.Tensor, aten.bitwise_or.Scalar, aten.bitwise_or.Scalar_Tensor): jnp.bitwise_or,
     (aten.bitwise_xor.Tensor, aten.bitwise_xor.Scalar, aten.bitwise_xor.Scalar_Tensor): jnp.bitwise_xor,
