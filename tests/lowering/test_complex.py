@@ -101,3 +101,18 @@ def test_vector_norm_of_a_complex_tensor_uses_magnitudes(ord):
 def test_complex32_is_refused_with_what_to_use_instead():
     with pytest.raises(TypeError, match="complex32.*use torch.complex64"):
         crandn(3).to("spmd").to(torch.complex32)
+
+
+def test_logaddexp_keeps_the_larger_operands_imaginary_part_unwrapped():
+    a = torch.complex(torch.randn(8, generator=g) * 4, torch.randn(8, generator=g) * 4)
+    b = torch.complex(torch.randn(8, generator=g) * 4, torch.randn(8, generator=g) * 4)
+    inf, nan = float("inf"), float("nan")
+    a[:4] = torch.tensor([complex(inf, 1.0), complex(-inf, 2.0), complex(nan, 0.0), 1 + 1j])
+    b[:4] = torch.tensor([complex(inf, -1.0), complex(-inf, 0.5), 1 + 1j, complex(0.0, nan)])
+    actual = torch.logaddexp(a.to("spmd"), b.to("spmd")).cpu()
+    torch.testing.assert_close(actual, torch.logaddexp(a, b), equal_nan=True, **TOL)
+
+
+def test_logcumsumexp_of_complex_values_matches_cpu():
+    z = torch.complex(torch.randn(4, 6, generator=g) * 3, torch.randn(4, 6, generator=g) * 3)
+    assert_same(torch.logcumsumexp(z.to("spmd"), dim=1), torch.logcumsumexp(z, dim=1))

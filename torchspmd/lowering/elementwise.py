@@ -262,7 +262,6 @@ _BINARY = {
     (aten.special_xlog1py.default, aten.special_xlog1py.other_scalar,
      aten.special_xlog1py.self_scalar): _xlogy(jnp.log1p),
     (aten.heaviside.default,): lambda x, v: jnp.where(x == 0, v, (x > 0).astype(x.dtype)),
-    (aten.logaddexp.default,): jnp.logaddexp,
     (aten.logaddexp2.default,): jnp.logaddexp2,
     (aten.ldexp.Tensor,): lambda x, e: x * jnp.exp2(e),
     (aten.gcd.default,): jnp.gcd,
