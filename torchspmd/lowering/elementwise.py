@@ -79,7 +79,6 @@ _FLOAT_UNARY = {
     aten.special_i1e.default: jsp.i1e,
     aten.special_ndtri.default: jsp.ndtri,
     aten.special_log_ndtr.default: jsp.log_ndtr,
-    aten.special_erfcx.default: jsp.erfcx,
     aten.special_entr.default: _entr,
     aten.angle.default: lambda x: jnp.angle(x) if is_complex(x.dtype) else jnp.where(
         jnp.isnan(x), x, jnp.where(x < 0, np.pi, 0.0).astype(x.dtype)),
@@ -266,8 +265,6 @@ _BINARY = {
     (aten.ldexp.Tensor,): lambda x, e: x * jnp.exp2(e),
     (aten.gcd.default,): jnp.gcd,
     (aten.lcm.default,): jnp.lcm,
-    (aten.igamma.default,): jsp.gammainc,
-    (aten.igammac.default,): jsp.gammaincc,
     (aten.bitwise_and.Tensor, aten.bitwise_and.Scalar, aten.bitwise_and.Scalar_Tensor): jnp.bitwise_and,
     (aten.bitwise_or.Tensor, aten.bitwise_or.Scalar, aten.bitwise_or.Scalar_Tensor): jnp.bitwise_or,
     (aten.bitwise_xor.Tensor, aten.bitwise_xor.Scalar, aten.bitwise_xor.Scalar_Tensor): jnp.bitwise_xor,
