@@ -116,3 +116,18 @@ def test_logaddexp_keeps_the_larger_operands_imaginary_part_unwrapped():
 def test_logcumsumexp_of_complex_values_matches_cpu():
     z = torch.complex(torch.randn(4, 6, generator=g) * 3, torch.randn(4, 6, generator=g) * 3)
     assert_same(torch.logcumsumexp(z.to("spmd"), dim=1), torch.logcumsumexp(z, dim=1))
+
+
+def _complex_loss_and_grads(device: str):
+    r = torch.linspace(-1, 1, 15).reshape(5, 3).to(device).requires_grad_()
+    i = torch.linspace(2, -0.5, 15).reshape(5, 3).to(device).requires_grad_()
+    z = torch.complex(r, i)
+    loss = ((z * z.conj()).real.sum() + torch.view_as_real(z.exp()).sum() + z.angle().sum()
+            + z.abs().sum())
+    loss.backward()
+    return loss.detach().cpu(), r.grad.cpu(), i.grad.cpu()
+
+
+def test_gradients_through_complex_ops_reach_the_real_inputs():
+    torch.testing.assert_close(_complex_loss_and_grads("spmd"), _complex_loss_and_grads("cpu"),
+                               rtol=1e-5, atol=1e-5)

@@ -90,3 +90,17 @@ def test_stft_with_a_window_and_its_inverse_match_cpu():
     back = torch.istft(actual, 16, hop_length=4, window=window.to("spmd"), length=64)
     torch.testing.assert_close(back.cpu(), torch.istft(spec, 16, hop_length=4, window=window,
                                                        length=64), **TOL)
+
+
+def _fft_loss_and_grad(device: str):
+    x = torch.linspace(-2, 2, 64).reshape(4, 16).to(device).requires_grad_()
+    y = torch.fft.rfft(x, norm="ortho")
+    z = torch.fft.irfft(y * 2j, n=16)
+    w = torch.fft.fft2(x.to(torch.complex64))
+    loss = z.pow(2).sum() + y.abs().sum() + w.real.sum() + torch.fft.hfft(y[:, :5]).sum()
+    loss.backward()
+    return loss.detach().cpu(), x.grad.cpu()
+
+
+def test_gradients_through_ffts_match_cpu():
+    torch.testing.assert_close(_fft_loss_and_grad("spmd"), _fft_loss_and_grad("cpu"), **TOL)
