@@ -71,6 +71,14 @@ def test_writing_through_view_as_real_changes_the_complex_tensor():
     assert_same(zs, z)
 
 
+def test_writing_through_view_as_complex_changes_the_real_tensor():
+    r = torch.randn(3, 2, generator=g)
+    rs = r.to("spmd")
+    torch.view_as_complex(rs).mul_(2j)
+    torch.view_as_complex(r).mul_(2j)
+    assert_same(rs, r)
+
+
 def test_writing_through_a_conj_view_conjugates_back():
     z = crandn(4, 3)
     zs = z.to("spmd")
