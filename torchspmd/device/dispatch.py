@@ -2,7 +2,8 @@
 
 Functional ops with a lowering become IR nodes; view ops share their input's storage;
 ops that mutate an argument are recorded as their functional form and the result is
-assigned to the argument; ops without a lowering use a PyTorch decomposition; anything
+assigned to the argument; ops whose output shape depends on the data read a size first
+(``data_dependent``); ops without a lowering use a PyTorch decomposition; anything
 else raises a ``NotImplementedError`` that names the op.
 """
 
@@ -15,6 +16,8 @@ import torch
 from torch._decomp import core_aten_decompositions, decomposition_table
 
 from torchspmd.device import bounds
+from torchspmd.device.linalg_composites import LINALG_COMPOSITES
+from torchspmd.device.data_dependent import DATA_DEPENDENT
 from torchspmd.device.tensor import SpmdTensor, check_device_index
 from torchspmd.lazy.annotation import annotation, sharded_value, unannotated
 from torchspmd.lazy.handle import Handle
@@ -45,10 +48,11 @@ class _Plan:
     One dict lookup per call instead of several: hashing an OpOverload runs Python code.
     """
 
-    __slots__ = ("special", "schema", "lowered", "random", "kinds", "keyword")
+    __slots__ = ("special", "data_dependent", "schema", "lowered", "random", "kinds", "keyword")
 
     def __init__(self, func):
         self.special = _SPECIAL.get(func)
+        self.data_dependent = DATA_DEPENDENT.get(func)
         self.schema = op_schema(func)
         self.lowered = func in LOWERINGS
         self.random = func in RANDOM_OPS
@@ -73,6 +77,9 @@ def dispatch(func, args: tuple, kwargs: dict):
     plan = _plan(func)
     if plan.special is not None:  # may run a graph: not counted as tracing
         return plan.special(*args, **kwargs)
+    data_dependent = plan.data_dependent  # reads a size on the host: not counted either
+    if data_dependent is not None and data_dependent.applies(*args, **kwargs):
+        return data_dependent.run(*args, **kwargs)
     start = time.perf_counter()
     schema = plan.schema
     if schema.is_inplace_view:
@@ -205,7 +212,7 @@ def _mutate(func, schema, args, kwargs):
     for target, value in zip(targets, values[len(extra):]):
         if schema.mutated_kw and meta_of(value).shape != tuple(target.shape):
             _resize(target, meta_of(value))  # out= tensors take the result's shape
-        _assign(target, _keep_annotation(target, value))
+        _assign(target, value)
     if extra:
         return _shape_result(func, [SpmdTensor(Handle.new(v, meta_of(v))) for v in extra])
     return _shape_result(func, targets) if _return_form(func) != "none" else None
@@ -242,7 +249,8 @@ def _keep_annotation(target, value):
 
 
 def _assign(target, value) -> None:
-    """Write ``value`` into ``target`` (cast to its dtype as PyTorch's in-place ops do)."""
+    """Write ``value`` into ``target`` (cast to its dtype and broadcast to its shape as
+    PyTorch's in-place ops do); ``target`` keeps its sharding annotation."""
     if not isinstance(target, SpmdTensor):
         target.copy_(to_cpu_value(value))
         return
@@ -252,9 +260,12 @@ def _assign(target, value) -> None:
         value = (record(aten._to_copy.default, (TENSOR,), (("dtype", handle.meta.dtype),),
                         (value,), (meta,)), 0)
     if meta.shape != handle.meta.shape:
-        value = (record(aten.expand.default, (TENSOR, handle.meta.shape), (), (value,),
+        # expand_copy, not expand: the value must be dense, as a view of it may be
+        # written back through a reshape (`x.reshape(2, 3).copy_(row)`).
+        value = (record(aten.expand_copy.default, (TENSOR, handle.meta.shape), (), (value,),
                         (meta_of(value),)), 0)
-    handle.assign(value)
+    # Annotated after the broadcast: the target's spec has the target's rank.
+    handle.assign(_keep_annotation(target, value))
 
 
 def _inplace_view(func, args, kwargs):
@@ -303,7 +314,7 @@ def _copy_(dst, src, non_blocking=False):
     else:
         src = src.to(dtype=dst.dtype).expand(dst.shape).contiguous()
         value = _host_value(src)
-    _assign(dst, _keep_annotation(dst, value))
+    _assign(dst, value)
     return dst
 
 
@@ -343,6 +354,36 @@ def _allclose(a, b, rtol=1e-05, atol=1e-08, equal_nan=False):
 
 def _lift_fresh(t):
     return t
+
+
+def _clone(t, *, memory_format=None):
+    """A copy that shows ``t``'s sharding at once, as PyTorch/XLA's ``clone`` copies the spec.
+
+    The copy is constrained to ``t``'s annotation, or to the layout XLA gave ``t`` when it
+    was computed, so ``get_sharding(t.clone())`` (and ``copy.deepcopy``) equals
+    ``get_sharding(t)`` before anything runs.
+    """
+    kwargs = {} if memory_format is None else {"memory_format": memory_format}
+    node = _record(aten.clone.default, (t,), kwargs)
+    value = (node, 0)
+    sharding = _layout(sharded_value(t._h))
+    if sharding is not None and len(sharding.device_set) > 1:
+        value = record_unary(SHARDING_CONSTRAINT, value, sharding)
+    return SpmdTensor(Handle.new(value, node.sig.outputs[0]))
+
+
+def _layout(value: tuple[Node, int]):
+    """``value``'s annotation, else the sharded layout XLA computed it in, else None.
+
+    A computed value XLA left replicated gives none: constraining its copy would only
+    keep XLA from choosing a better layout for the copy.
+    """
+    sharding = annotation(value)
+    node, index = value
+    if sharding is None and node.arrays is not None and node.sig is not None \
+            and node.sig.op is not None and not node.arrays[index].sharding.is_fully_replicated:
+        sharding = node.arrays[index].sharding
+    return sharding
 
 
 def _resize_(t, size, memory_format=None):
@@ -385,9 +426,21 @@ _SPECIAL = {
     aten.equal.default: _equal,
     aten.allclose.default: _allclose,
     aten.lift_fresh.default: _lift_fresh,
+    aten.clone.default: _clone,
     aten.native_batch_norm.default: _native_batch_norm,
     aten.resize_.default: _resize_,
+    **LINALG_COMPOSITES,
 }
+
+
+def register_handler(op, handler) -> None:
+    """Make ``handler(*args, **kwargs)`` run ``op`` on spmd tensors (for custom ops).
+
+    Lets a package above this one (``sharding/``) implement its own ops without this
+    module importing it. Example: ``register_handler(torch.ops.ns.op.default, fn)``.
+    """
+    _SPECIAL[op] = handler
+    _PLANS.pop(op, None)
 
 
 # --- decompositions --------------------------------------------------------------------

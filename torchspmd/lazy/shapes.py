@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import torch
 
+from torchspmd.lazy.meta_functions import META_FUNCTIONS
 from torchspmd.lazy.node import TENSOR, ScalarSlot, Signature, TensorMeta
 from torchspmd.lowering.dtypes import to_jax_dtype
 
@@ -41,7 +42,7 @@ def _infer(op, template, kw_template, metas, scalars) -> tuple:
     if _takes_device(op):  # factory ops: infer on the meta device, never allocate
         kwargs["device"] = "meta"
     try:
-        out = op(*args, **kwargs)
+        out = META_FUNCTIONS.get(op, op)(*args, **kwargs)
     except NotImplementedError as e:
         raise UnsupportedOp(
             f"torchspmd: {op.__name__} is not supported on the spmd device: its output "

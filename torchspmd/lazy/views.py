@@ -84,6 +84,8 @@ def _name(step: ViewStep) -> str:
 
 def _inverse(step: ViewStep, prev, value):
     """The new ``prev`` such that ``step(prev) == value``."""
+    if step.op is aten.view.dtype:  # ``x.view(torch.int32)``: reinterpret the bits back
+        return record_unary(aten.view.dtype, value, meta_of(prev).dtype)
     return _STEPWISE[_name(step)](step, prev, value)
 
 
@@ -92,6 +94,14 @@ def _strided_write(storage, steps: tuple, value: tuple[Node, int]) -> tuple[Node
 
     The view is located in the base's memory (size, stride, offset) and scattered there.
     """
+    retyping = [_name(step) for step in steps if _name(step) in _RETYPING
+                or step.op is aten.view.dtype]
+    if retyping:
+        raise NotImplementedError(
+            f"torchspmd: writing through this chain of views ({', '.join(_name(s) for s in steps)})"
+            f" is not supported: it reinterprets the element type ({retyping[0]}) and also "
+            "needs a view with no inverse. clone() the view, modify the clone, and build the "
+            "new tensor from it (e.g. torch.view_as_complex(clone)).")
     size, stride, offset = _located(storage.meta, steps)
     if _overlaps(size, stride):
         raise RuntimeError(
@@ -235,3 +245,7 @@ _STEPWISE = {
     # write cannot express them (the dtype changes), so these must be inverted stepwise.
     "view_as_real": _view_as_real_back, "view_as_complex": _view_as_complex_back,
 }
+
+# Views that reinterpret the element type: their place in memory is counted in other
+# elements than the base's, so they cannot be written back through as_strided_scatter.
+_RETYPING = {"view_as_real", "view_as_complex"}

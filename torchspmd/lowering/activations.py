@@ -198,3 +198,34 @@ def _prelu_kernel_backward(meta, grad_output, self, weight):
 def native_dropout_backward(meta, grad_output, mask, scale):
     acc = opmath(meta.dtype)
     return (grad_output.astype(acc) * mask.astype(acc) * scale).astype(meta.dtype)
+
+
+@lowers(aten.hardshrink_backward.default)
+@_pointwise
+def hardshrink_backward(g, x, lambd):
+    lambd = _s(lambd, x)
+    return jnp.where((x >= -lambd) & (x <= lambd), 0, g)
+
+
+@lowers(aten.softshrink_backward.default)
+@_pointwise
+def softshrink_backward(g, x, lambd):
+    lambd = _s(lambd, x)
+    return jnp.where((x >= -lambd) & (x <= lambd), 0, g)
+
+
+@lowers(aten.rrelu_with_noise_functional.default, random=True)
+def rrelu_with_noise_functional(meta, x, noise, lower=0.125, upper=1.0 / 3.0, training=False,
+                                generator=None, *, key):
+    """Randomized leaky ReLU; ``noise_out`` holds each element's slope (1 where x > 0).
+
+    In eval the slope is ``(lower + upper) / 2`` everywhere and ``noise`` is unchanged.
+    """
+    out_meta, noise_meta = meta
+    xf = _f(x, out_meta)
+    if not training:
+        slope = (_s(lower, xf) + _s(upper, xf)) / 2
+        return jnp.where(xf >= 0, xf, xf * slope).astype(out_meta.dtype), noise
+    slopes = jax.random.uniform(key, x.shape, xf.dtype, _s(lower, xf), _s(upper, xf))
+    slope = jnp.where(xf <= 0, slopes, jnp.ones((), xf.dtype))
+    return (xf * slope).astype(out_meta.dtype), slope.astype(noise_meta.dtype)

@@ -5,7 +5,8 @@ separated by a slice move their dims to the front. Boolean masks in ``index.Tens
 a data-dependent result shape (the meta kernel fails), so only integer indices arrive;
 ``index_put`` does take a lone boolean mask (``x[mask] = v``), lowered with a where /
 prefix-sum gather so the shape stays static. ``nonzero``, ``masked_select``, ``unique``
-are not lowered: their result shapes depend on the data.
+are not lowered: their result shapes depend on the data, so the device layer reads the
+size first and records a static-size op (``device/data_dependent.py``, ``sized.py``).
 """
 
 import functools

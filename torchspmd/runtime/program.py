@@ -41,7 +41,10 @@ class Program:
         # A graph that reads no data and names no sharding (factory ops only) would run
         # on JAX's default device alone; unsharded data lives replicated on every device.
         placed = bool(graph.leaves) or any(sig.op is SHARDING_CONSTRAINT for sig, _ in self.steps)
-        self.jitted = (jax.jit(self._replay) if placed else
+        # keep_unused: JAX drops inputs a program does not read, and a program left with
+        # none runs on its default device alone (`x.zero_()` read by itself would land on
+        # device 0, and mixing it with anything else later raise MeshMismatchError).
+        self.jitted = (jax.jit(self._replay, keep_unused=True) if placed else
                        jax.jit(self._replay, out_shardings=transfer.replicated()))
         self.compiled_once = False
         self._last_args = None  # the latest run's argument layouts, for optimized_hlo()

@@ -1,0 +1,69 @@
+"""Reads of device values by the host that an op needs to go on (a data-dependent size).
+
+Ops like ``nonzero`` or ``x[mask]`` have an output shape that depends on the data. They
+run what is pending for the value that decides the size (one host sync), read it, and go
+on with static shapes. Inside a captured step (``torchspmd.compile``) such a read cannot
+happen, so every one of them goes through :func:`host_read`, which raises
+:class:`HostReadError` naming the op while :func:`forbid_host_reads` is active.
+
+Example::
+
+    n = int(host_read(mask.sum(), "nonzero"))        # one host sync
+    with forbid_host_reads("torchspmd.compile"):     # what a capture does
+        host_read(mask.sum(), "nonzero")              # raises HostReadError
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+
+import torch
+
+from torchspmd.device.tensor import SpmdTensor
+from torchspmd.runtime import transfer
+from torchspmd.runtime.execute import materialize
+
+# Why host reads are refused now (innermost last); empty: they are allowed.
+_FORBIDDEN: list[str] = []
+
+
+class HostReadError(RuntimeError):
+    """An op needs a device value on the host where no host read may happen."""
+
+
+@contextlib.contextmanager
+def forbid_host_reads(where: str) -> Iterator[None]:
+    """Within the block, :func:`host_read` raises; ``where`` names the block in the error.
+
+    Example: ``with forbid_host_reads("torchspmd.compile capture"): step(x)``.
+    """
+    _FORBIDDEN.append(where)
+    try:
+        yield
+    finally:
+        _FORBIDDEN.pop()
+
+
+def check_host_read(op_name: str) -> None:
+    """Raise :class:`HostReadError` if ``op_name`` may not read a value to the host now."""
+    if _FORBIDDEN:
+        raise HostReadError(
+            f"torchspmd: {op_name} reads a value from the device to decide its output shape "
+            f"(a host sync), which cannot happen inside {_FORBIDDEN[-1]}. Move {op_name} out "
+            "of the compiled step, or use a static-shape form (e.g. torch.nonzero_static, "
+            "torch.where(mask, x, 0) instead of x[mask]).")
+
+
+def host_read(t: SpmdTensor, op_name: str) -> torch.Tensor:
+    """The CPU value of spmd tensor ``t``, read so that ``op_name`` can size its output.
+
+    Runs the pending graph ``t`` needs (one host sync). Example:
+    ``count = int(host_read(x.count_nonzero(), "nonzero"))``.
+    """
+    check_host_read(op_name)
+    node, index = value = t._h.value()
+    if node.host is not None:
+        return transfer.to_torch(node.host).reshape(t.shape)
+    (array,) = materialize([value])
+    return transfer.to_torch(transfer.download(array)).reshape(t.shape)
