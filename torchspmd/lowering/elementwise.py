@@ -236,6 +236,16 @@ def _remainder(a, b):
     return jnp.where((mod != 0) & ((b < 0) != (mod < 0)), mod + b, mod)
 
 
+def _power(a, b):
+    """``a ** b``; for integers PyTorch's rule for negative exponents: 1 ** b is 1,
+    (-1) ** b is +-1, anything else 0 (``jnp.power`` gives garbage there)."""
+    if not jnp.issubdtype(a.dtype, jnp.integer):
+        return jnp.power(a, b)
+    negative = b < 0
+    reciprocal = jnp.where(a == 1, 1, jnp.where(a == -1, jnp.where(b % 2 != 0, -1, 1), 0))
+    return jnp.where(negative, reciprocal.astype(a.dtype), jnp.power(a, jnp.where(negative, 0, b)))
+
+
 def _xlogy(log):
     def fn(x, y):
         return jnp.where(jnp.isnan(y), y, jnp.where(x == 0, jnp.zeros_like(x), x * log(y)))
@@ -247,7 +257,7 @@ _BINARY = {
     (aten.mul.Tensor, aten.mul.Scalar): jnp.multiply,
     (aten.div.Tensor, aten.div.Scalar): jnp.true_divide,
     (aten.floor_divide.default, aten.floor_divide.Scalar): _floor_divide,
-    (aten.pow.Tensor_Tensor, aten.pow.Scalar): jnp.power,
+    (aten.pow.Tensor_Tensor, aten.pow.Scalar): _power,
     (aten.atan2.default,): jnp.arctan2,
     (aten.hypot.default,): jnp.hypot,
     (aten.copysign.Tensor, aten.copysign.Scalar): jnp.copysign,
@@ -292,7 +302,7 @@ def pow_tensor_scalar(meta, x, exponent):
     if isinstance(exponent, int) and not isinstance(exponent, bool) and abs(exponent) <= 4:
         # A static small integer power: repeated multiplication, as PyTorch's CPU kernel.
         return lax.integer_pow(x.astype(dtype), exponent).astype(meta.dtype)
-    return jnp.power(x.astype(dtype), cast(exponent, dtype)).astype(meta.dtype)
+    return _power(x.astype(dtype), cast(exponent, dtype)).astype(meta.dtype)
 
 
 @lowers(aten.nextafter.default)
