@@ -86,14 +86,13 @@ from torchspmd.testing.models import TinyTransformer, batches, lm_loss  # noqa: 
 # puts the script's folder on the path too, but an import of this module would not).
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import jax_transformer as jt  # noqa: E402
+from bench_layouts import STRATEGIES, Layout  # noqa: E402
 
 BASE_LR = 1e-2  # as torchspmd.testing.models.train
 WEIGHT_DECAY = 0.1
 LOSS_RTOL = 1e-4
 LOSSES_COMPARED = 5
 
-STRATEGIES = ("dp", "fsdp", "tp", "fsdp+tp")
-AXES = ("data", "model")  # the batch axis and the tensor-parallel axis
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -137,61 +136,6 @@ def build_model(args) -> TinyTransformer:
 def lr_at(step: int, total: int) -> float:
     """The schedule of ``models.train``: a Python number each step (must not recompile)."""
     return BASE_LR * (1 - step / (2 * total))
-
-
-# --- layouts (examples/gpt.py's param_spec / batch_spec, TinyTransformer's names) -----
-
-# Megatron-LM: the first matmul of a pair splits its output features (column parallel),
-# the second its input features (row parallel), so the pair needs one all-reduce.
-_COLUMN = (".qkv", ".up")
-_ROW = (".proj", ".down")
-
-
-def param_spec(name: str, shape: tuple, strategy: str) -> tuple:
-    """Partition spec of state_dict entry ``name`` (of ``shape``) on a ('data','model') mesh.
-
-    >>> param_spec("blocks.0.qkv.weight", (384, 128), "fsdp+tp")
-    ('model', 'data')
-    >>> param_spec("blocks.0.down.weight", (128, 512), "tp")
-    (None, 'model')
-    """
-    if strategy not in STRATEGIES:
-        raise ValueError(f"unknown strategy {strategy!r}; choose from {STRATEGIES}")
-    spec: list = [None] * len(shape)
-    if "tp" in strategy and name.startswith("blocks."):
-        module = name.rsplit(".", 1)[0]
-        if module.endswith(_COLUMN):
-            spec[0] = "model"  # weight rows = output features; the bias follows them
-        elif module.endswith(_ROW) and name.endswith(".weight"):
-            spec[1] = "model"  # weight columns = input features; the bias stays replicated
-    if strategy in ("fsdp", "fsdp+tp"):
-        # FSDPv2: the largest dim that is still unsplit, over every device (fsdp) or
-        # over 'data' (fsdp+tp).
-        free = [d for d in range(len(shape)) if spec[d] is None]
-        if free:
-            largest = max(free, key=lambda d: (shape[d], -d))
-            spec[largest] = AXES if strategy == "fsdp" else "data"
-    return tuple(spec)
-
-
-def batch_spec(strategy: str) -> tuple:
-    """Over every device unless 'model' holds TP shards (then over 'data')."""
-    return ("data", None) if "tp" in strategy else (AXES, None)
-
-
-class Layout:
-    """A mesh and a strategy: the partition spec of every parameter and of the batch."""
-
-    def __init__(self, shape: tuple[int, int], strategy: str):
-        self.strategy = strategy
-        self.mesh = torchspmd.Mesh(range(shape[0] * shape[1]), shape, AXES)
-        self.batch = batch_spec(strategy)
-
-    def spec(self, name: str, shape) -> tuple:
-        return param_spec(name, tuple(shape), self.strategy)
-
-    def jax_sharding(self, name: str, shape):
-        return named_sharding(self.mesh, self.spec(name, shape))
 
 
 # --- torchspmd side ------------------------------------------------------------------
@@ -243,6 +187,42 @@ def torchspmd_trainer(model: TinyTransformer, total: int, layout: Layout | None 
     return step
 
 
+def compiled_trainer(model: TinyTransformer, total: int, layout: Layout | None = None):
+    """``step(i, x, y) -> loss`` through ``torchspmd.compile``: captured once, then one
+    jitted call per step. ``step.phases`` holds (host seconds until the call returned,
+    seconds waiting for the loss)."""
+    model = place_torch(copy.deepcopy(model), layout)
+    opt = torch.optim.AdamW(model.parameters(), lr=BASE_LR, weight_decay=WEIGHT_DECAY)
+    device = torchspmd.device()
+    phases: list[tuple[float, float]] = []
+
+    @torchspmd.compile
+    def train(x, y):
+        opt.zero_grad()
+        loss = lm_loss(model, x, y)
+        loss.backward()
+        opt.step()
+        return loss
+
+    def step(i: int, x: torch.Tensor, y: torch.Tensor) -> float:
+        start = time.perf_counter()
+        for group in opt.param_groups:
+            group["lr"] = lr_at(i, total)  # a float by hand: copied into Adam's lr scalar
+        x, y = x.to(device), y.to(device)
+        if layout is not None:  # uploaded straight into the batch layout
+            torchspmd.mark_sharding(x, layout.mesh, layout.batch)
+            torchspmd.mark_sharding(y, layout.mesh, layout.batch)
+        loss = train(x, y)
+        launched = time.perf_counter()
+        value = loss.item()
+        phases.append((launched - start, time.perf_counter() - launched))
+        return value
+
+    step.phases = phases
+    step.compiled = train
+    return step
+
+
 # --- JAX side ------------------------------------------------------------------------
 
 def place_jax(tree: dict, layout: Layout | None = None) -> dict:
@@ -279,26 +259,42 @@ def jax_trainer(model: TinyTransformer, total: int, heads: int, layout: Layout |
                     else named_sharding(layout.mesh, layout.batch))
 
     def step(i: int, x: torch.Tensor, y: torch.Tensor) -> float:
+        start = time.perf_counter()
         # The batch goes host -> device inside the step, as x.to("spmd") does on the
         # other side (with a layout: straight into its batch sharding).
         x, y = jax.device_put((x.numpy(), y.numpy()), batch_target)
         lr = jt.as_lr(lr_at(i, total))
         step.last_args = (x, y, lr)
         state["params"], state["opt"], loss = train_step(state["params"], state["opt"], x, y, lr)
+        step.host.append(time.perf_counter() - start)
         jax.block_until_ready((state["params"], state["opt"]))
         return float(loss)
 
+    step.host = []
     step.jitted = train_step
     step.state = state
     return step
 
 
-def jax_collectives(jax_step) -> dict[str, int]:
-    """Collectives in JAX's compiled step (lowered again for its HLO; not timed)."""
+def _jax_compiled(jax_step):
+    """JAX's step compiled again (lowered from the last call's arguments; not timed)."""
     x, y, lr = jax_step.last_args
-    compiled = jax_step.jitted.lower(jax_step.state["params"], jax_step.state["opt"],
-                                     x, y, lr).compile()
-    return collectives(compiled.as_text())
+    return jax_step.jitted.lower(jax_step.state["params"], jax_step.state["opt"],
+                                 x, y, lr).compile()
+
+
+def jax_collectives(jax_step) -> dict[str, int]:
+    """Collectives in JAX's compiled step."""
+    return collectives(_jax_compiled(jax_step).as_text())
+
+
+def peak_bytes(memory) -> int | None:
+    """Peak device bytes of one program run from XLA's memory analysis (arguments +
+    outputs - donated aliases + temporaries), per device."""
+    if memory is None:
+        return None
+    return (memory.argument_size_in_bytes + memory.output_size_in_bytes
+            - memory.alias_size_in_bytes + memory.temp_size_in_bytes)
 
 
 # --- profile ----------------------------------------------------------------------
@@ -360,14 +356,14 @@ def peak_rss_mib() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
-def check_losses(spmd: list[float], ref: list[float]) -> bool:
-    print(f"first losses   {'torchspmd':>12} {'JAX':>12} {'rel diff':>10}")
+def check_losses(name: str, spmd: list[float], ref: list[float]) -> bool:
+    print(f"first losses   {name:>12} {'JAX':>12} {'rel diff':>10}")
     ok = True
     for i, (a, b) in enumerate(zip(spmd[:LOSSES_COMPARED], ref[:LOSSES_COMPARED])):
         rel = abs(a - b) / abs(b)
         ok &= rel <= LOSS_RTOL
         print(f"  step {i:<7} {a:12.6f} {b:12.6f} {rel:10.2e}")
-    print(f"loss check: {'PASS' if ok else 'FAIL'} (rtol {LOSS_RTOL:g})")
+    print(f"loss check ({name}): {'PASS' if ok else 'FAIL'} (rtol {LOSS_RTOL:g})")
     return ok
 
 
@@ -375,38 +371,60 @@ def _counts(counts: dict[str, int]) -> str:
     return ", ".join(f"{k} {v}" for k, v in counts.items() if v) or "none"
 
 
-def report(results: dict, spmd_step, steps: int) -> bool:
-    t_spmd, t_jax = (statistics.median(results[k]["times"]) for k in ("torchspmd", "jax"))
+def _mib(n: int | None) -> str:
+    return "n/a" if n is None else f"{n / 2**20:.1f} MiB"
+
+
+def report(results: dict, spmd_step, compiled_step, jax_step, steps: int) -> bool:
+    med = {k: statistics.median(results[k]["times"]) for k in ("torchspmd", "compiled", "jax")}
     # The fastest step too: on a shared machine it is the least disturbed one.
-    m_spmd, m_jax = (min(results[k]["times"]) for k in ("torchspmd", "jax"))
+    fast = {k: min(results[k]["times"]) for k in med}
     counters = results["counters"]
-    timed_phases = spmd_step.phases[-steps:]
-    user, launch, wait = (statistics.median(p[k] for p in timed_phases) for k in range(3))
+    user, launch, wait = (statistics.median(p[k] for p in spmd_step.phases[-steps:])
+                          for k in range(3))
+    host = {"torchspmd": statistics.median(p[0] + p[1] for p in spmd_step.phases[-steps:]),
+            "compiled": statistics.median(p[0] for p in compiled_step.phases[-steps:]),
+            "jax": statistics.median(jax_step.host[-steps:])}
     compiles = counters["graphs_compiled"]
     print(f"devices: {jax.device_count()} x {jax.devices()[0].platform}")
     if results.get("layout") is not None:
         layout = results["layout"]
         print(f"mesh {dict(layout.mesh.shape())}, strategy {layout.strategy}, "
               f"batch spec {layout.batch}")
-    print(f"torchspmd step: {t_spmd * 1e3:8.2f} ms (median of {steps}; fastest "
-          f"{m_spmd * 1e3:.2f} ms)")
-    print(f"JAX step:       {t_jax * 1e3:8.2f} ms (fastest {m_jax * 1e3:.2f} ms)")
-    print(f"ratio torchspmd / JAX: {t_spmd / t_jax:.2f}  (target <= 1.2)")
-    print(f"  tracing (trace_time_s): {counters['trace_time_s'] / steps * 1e3:8.2f} ms/step, "
-          f"{counters['ops_traced'] / steps:.0f} ops/step")
-    print(f"  user code to sync:      {user * 1e3:8.2f} ms/step (median)")
-    print(f"  sync() (host):          {launch * 1e3:8.2f} ms/step (median)")
-    print(f"  wait + .item():         {wait * 1e3:8.2f} ms/step (median)")
+    print(f"{'':18}{'step ms':>9} {'fastest':>9} {'host ms':>9} {'step/JAX':>9} {'host/JAX':>9}")
+    for name, label in (("torchspmd", "lazy"), ("compiled", "torchspmd.compile"), ("jax", "JAX")):
+        print(f"{label:18}{med[name] * 1e3:9.2f} {fast[name] * 1e3:9.2f} "
+              f"{host[name] * 1e3:9.2f} {med[name] / med['jax']:9.2f} "
+              f"{host[name] / host['jax']:9.2f}")
+    print(f"(median of {steps} steps; host ms: from the step's start until the call returns "
+          "with the device still working: trace + sync() for lazy)")
+    print(f"ratio torchspmd / JAX: {med['torchspmd'] / med['jax']:.2f}  (lazy path)")
+    print(f"ratio compiled / JAX: {med['compiled'] / med['jax']:.2f}  (target <= 1.05 on one "
+          f"device); host {host['compiled'] / host['jax']:.2f} (target <= 1.5 on fsdp+tp)")
+    print(f"  lazy tracing (trace_time_s): {counters['trace_time_s'] / steps * 1e3:8.2f} ms/step "
+          f"(both torchspmd sides), {counters['ops_traced'] / steps:.0f} ops/step")
+    print(f"  lazy user code to sync:      {user * 1e3:8.2f} ms/step (median)")
+    print(f"  lazy sync() (host):          {launch * 1e3:8.2f} ms/step (median)")
+    print(f"  lazy wait + .item():         {wait * 1e3:8.2f} ms/step (median)")
     print(f"  compile time after warm-up: {counters['compile_time_s']:.3f} s")
+    peak_c = peak_bytes(compiled_step.compiled.memory_analysis())
+    peak_j = peak_bytes(_jax_compiled(jax_step).memory_analysis())
+    ratio = f" ({peak_c / peak_j:.2f}x JAX)" if peak_c and peak_j else ""
+    print(f"peak device memory per device (XLA memory analysis): compiled {_mib(peak_c)}, "
+          f"JAX {_mib(peak_j)}{ratio}")
     print(f"compiles after warm-up: torchspmd {compiles:.0f} (must be 0), "
           f"JAX jit cache size {results['jax_cache_size']}")
+    print(f"compiled step after warm-up: {counters['step_replays']:.0f} replays, "
+          f"{counters['step_captures']:.0f} captures (must be 0), "
+          f"{counters['donated_bytes'] / 2**20 / steps:.1f} MiB donated per step")
     print(f"peak host memory (ru_maxrss, whole process): {peak_rss_mib():.0f} MiB "
           f"({results['rss_before_mib']:.0f} MiB before the first step)")
     if results.get("layout") is not None:
         print(f"collectives per step: torchspmd {_counts(results['spmd_collectives'])}; "
               f"JAX {_counts(results['jax_collectives'])}")
-    ok = check_losses(results["torchspmd"]["losses"], results["jax"]["losses"])
-    return ok and compiles == 0
+    ok = check_losses("torchspmd", results["torchspmd"]["losses"], results["jax"]["losses"])
+    ok &= check_losses("compiled", results["compiled"]["losses"], results["jax"]["losses"])
+    return ok and compiles == 0 and counters["step_captures"] == 0
 
 
 def main(argv=None) -> int:
@@ -418,6 +436,7 @@ def main(argv=None) -> int:
     data = batches(args.vocab, args.seq, args.batch, steps=total)
     layout = Layout(args.mesh_shape, args.strategy) if args.mesh_shape else None
     spmd_step = torchspmd_trainer(model, total, layout)
+    compiled_step = compiled_trainer(model, total, layout)
     jax_step = jax_trainer(model, total, args.heads, layout)
     print(f"TinyTransformer vocab={args.vocab} dim={args.dim} layers={args.layers} "
           f"heads={args.heads} seq={args.seq} batch={args.batch}; "
@@ -425,15 +444,15 @@ def main(argv=None) -> int:
     rss_before = peak_rss_mib()  # imports, both models and the data, nothing run yet
     profiler = cProfile.Profile() if args.profile else None
     traced = profiled(spmd_step, args.warmup, profiler) if profiler else spmd_step
-    results = run_interleaved({"torchspmd": traced, "jax": jax_step}, data,
-                              args.warmup, args.steps)
+    results = run_interleaved({"torchspmd": traced, "compiled": compiled_step,
+                               "jax": jax_step}, data, args.warmup, args.steps)
     results["jax_cache_size"] = jax_step.jitted._cache_size()
     results["rss_before_mib"] = rss_before
     results["layout"] = layout
     if layout is not None:
         results["spmd_collectives"] = collectives(spmd_step.program.optimized_hlo())
         results["jax_collectives"] = jax_collectives(jax_step)
-    ok = report(results, spmd_step, args.steps)
+    ok = report(results, spmd_step, compiled_step, jax_step, args.steps)
     if profiler:
         print_profile(profiler, args.steps, args.profile)
     return 0 if ok else 1

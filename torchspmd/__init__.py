@@ -24,9 +24,10 @@ from torchspmd.parallel.linear import (XLAPatchedLinear, apply_xla_patch_to_nn_l
 
 register()
 
+from torchspmd.step import compile  # noqa: E402  (torchspmd.compile)
 import torchspmd.debug  # noqa: E402,F401  (torchspmd.debug.metrics_report() etc.)
 import torchspmd.distributed  # noqa: E402,F401  (torchspmd.distributed.initialize() etc.)
 
 __all__ = ["device", "device_count", "sync", "wait_device_ops", "metrics", "reset_metrics",
-           "manual_seed", "set_compile_cache_size", "XLAPatchedLinear",
+           "manual_seed", "set_compile_cache_size", "compile", "XLAPatchedLinear",
            "xla_patched_nn_linear_forward", "apply_xla_patch_to_nn_linear", *_sharding_names]

@@ -6,8 +6,12 @@ return ``info`` instead. ``solve``/``det``/``slogdet`` factor ``A`` or ``A.mT`` 
 does, so their backward formulas, which reuse that factorization, give CPU's gradients.
 """
 
+import numpy as np
 import pytest
 import torch
+
+import torchspmd as xs
+from torchspmd.device.host import HostReadError, forbid_host_reads
 
 g = torch.Generator().manual_seed(0)
 
@@ -111,6 +115,12 @@ def test_lstsq_with_vector_right_hand_side():
     _lstsq_matches_cpu(r(2, 5, 3), r(2, 5), driver="gelsd")
 
 
+@pytest.mark.parametrize("driver", ["gelsy", "gelsd"])
+def test_lstsq_of_complex_input_has_real_residuals_and_singular_values(driver):
+    a = torch.complex(r(5, 3), r(5, 3))
+    _lstsq_matches_cpu(a, torch.complex(r(5, 2), r(5, 2)), driver=driver)
+
+
 def test_lstsq_rank_deficient_input_has_no_residuals():
     a = r(5, 3)
     a[:, 2] = 2 * a[:, 0]
@@ -129,6 +139,10 @@ def test_lstsq_unknown_driver_is_an_error():
         torch.linalg.lstsq(r(3, 3).to("spmd"), r(3, 1).to("spmd"), driver="gesv")
 
 
+def _positive_definite(x):
+    return torch.linalg.cholesky(x @ x.mT + 4 * torch.eye(4, dtype=x.dtype, device=x.device))
+
+
 def _grad(fn, a, device):
     x = (a.to(device) if device == "spmd" else a.clone()).requires_grad_(True)
     fn(x).backward()
@@ -143,7 +157,7 @@ GRADIENTS = {
     "solve_transposed": lambda x: torch.linalg.solve(
         x.mT, torch.ones(4, 2, dtype=x.dtype, device=x.device)).pow(2).sum(),
     "inv": lambda x: torch.linalg.inv(x).sin().sum(),
-    "cholesky": lambda x: torch.linalg.cholesky(x @ x.mT + 4 * torch.eye(4, dtype=x.dtype, device=x.device)).sum(),
+    "cholesky": lambda x: _positive_definite(x).sum(),
     "eigvalsh": lambda x: torch.linalg.eigvalsh(x + x.mT).pow(2).sum(),
     "svdvals": lambda x: torch.linalg.svdvals(x).sum(),
     "lstsq": lambda x: torch.linalg.lstsq(x[..., :3], torch.ones(2, 4, 2, dtype=x.dtype, device=x.device),
@@ -157,3 +171,31 @@ def test_gradient_matches_cpu(name):
     a = r(2, 4, 4) + 3 * torch.eye(4, dtype=torch.float64)
     fn = GRADIENTS[name]
     torch.testing.assert_close(_grad(fn, a, "spmd"), _grad(fn, a, "cpu"))
+
+
+SHARDED = {
+    "inv": torch.linalg.inv,
+    "cholesky": _positive_definite,
+    "eigvalsh": lambda x: torch.linalg.eigvalsh(x + x.mT),
+    "svdvals": torch.linalg.svdvals,
+    "ldl_factor": lambda x: torch.linalg.ldl_factor(x + x.mT).LD,
+    "lu_solve": lambda x: torch.linalg.lu_solve(*torch.linalg.lu_factor(x), x[..., :2]),
+}
+
+
+@pytest.mark.parametrize("name", SHARDED)
+def test_batch_sharded_over_the_mesh_matches_cpu(name):
+    mesh = xs.Mesh(np.arange(8), (8,), ("batch",))
+    a = r(8, 4, 4)
+    x = a.to("spmd")
+    xs.mark_sharding(x, mesh, ("batch", None, None))
+    torch.testing.assert_close(SHARDED[name](x).cpu(), SHARDED[name](a))
+
+
+def test_error_check_is_refused_inside_a_compiled_step():
+    """Raising on a singular input reads ``info`` on the host, which a captured step cannot."""
+    a = r(3, 3).to("spmd")
+    with forbid_host_reads("a compiled step"):
+        torch.linalg.inv_ex(a)  # the _ex form returns info instead of reading it
+        with pytest.raises(HostReadError, match="to check that the factorization succeeded"):
+            torch.linalg.inv(a)

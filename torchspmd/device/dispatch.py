@@ -21,6 +21,7 @@ from torchspmd.device.data_dependent import DATA_DEPENDENT
 from torchspmd.device.tensor import SpmdTensor, check_device_index
 from torchspmd.lazy.annotation import annotation, sharded_value, unannotated
 from torchspmd.lazy.handle import Handle
+from torchspmd.lazy.provenance import refuse_host_read
 from torchspmd.lazy.node import TENSOR, Node, ScalarSlot, TensorMeta
 from torchspmd.lazy.record import freeze, leaf_signature, meta_of, record, record_unary
 from torchspmd.lazy.schema import (SCALAR, SCALARS, STATIC, TENSORS, functional_variant,
@@ -31,7 +32,7 @@ from torchspmd.lazy.views import view_step
 from torchspmd.lowering import LOWERINGS, RANDOM_OPS
 from torchspmd.lowering.annotations import SHARDING_CONSTRAINT
 from torchspmd.runtime import rng, transfer
-from torchspmd.runtime.execute import materialize
+from torchspmd.runtime.read import read
 from torchspmd.runtime.metrics import COUNTERS
 
 aten = torch.ops.aten
@@ -95,7 +96,9 @@ def dispatch(func, args: tuple, kwargs: dict):
     return result
 
 
-SpmdTensor._dispatch = staticmethod(dispatch)
+SpmdTensor._dispatch = staticmethod(torch._dynamo.disable(dispatch, reason=(
+    "torchspmd: spmd tensors are traced by torchspmd.compile, not torch.compile; decorate "
+    "the training step with @torchspmd.compile")))
 
 
 # --- recording -------------------------------------------------------------------------
@@ -283,10 +286,11 @@ def _inplace_view(func, args, kwargs):
 # --- ops that run now --------------------------------------------------------------------
 
 def to_cpu_value(value: tuple[Node, int]) -> torch.Tensor:
+    refuse_host_read("reading a tensor's value (.cpu(), .tolist(), print(t), .to('cpu'))")
     node, index = value
     if node.host is not None:
         return transfer.to_torch(node.host)
-    (array,) = materialize([value])
+    (array,) = read([value])  # runs all pending work: a loop's next iteration starts from data
     return transfer.to_torch(transfer.download(array))
 
 
@@ -323,10 +327,13 @@ def _copy_from(src, dst, non_blocking=False):
 
 
 def _local_scalar_dense(t):
+    refuse_host_read("Tensor.item() (also float(t), bool(t), `if t:`, a tensor used as a "
+                     "Python number)")
     return to_cpu(t).item()
 
 
 def _equal(a, b):
+    refuse_host_read("torch.equal")
     a = to_cpu(a) if isinstance(a, SpmdTensor) else a
     b = to_cpu(b) if isinstance(b, SpmdTensor) else b
     return torch.equal(a, b)
@@ -349,6 +356,7 @@ def _native_batch_norm(input, weight, bias, running_mean, running_var, training,
 
 def _allclose(a, b, rtol=1e-05, atol=1e-08, equal_nan=False):
     """A Python bool: computed on the device, one value read back."""
+    refuse_host_read("torch.allclose")
     return bool(torch.isclose(a, b, rtol=rtol, atol=atol, equal_nan=equal_nan).all().item())
 
 

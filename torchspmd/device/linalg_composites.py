@@ -1,12 +1,13 @@
 """Linear-algebra ops that run on the spmd device as compositions of other ops.
 
 PyTorch's C++ kernels for these compose other aten ops; doing the same here (instead of
-one lowering each) keeps two things exactly as on CPU:
+one lowering each) keeps these as on CPU:
 
 - **Errors.** ``_linalg_check_errors`` reads a factorization's ``info`` on the host (one
-  sync, as on CUDA) and raises CPU PyTorch's own error (``torch.linalg.inv`` of a
-  singular matrix, ``torch.linalg.cholesky`` of one that is not positive-definite).
-  The ``*_ex`` variants never sync: they return ``info``.
+  sync, as on CUDA; through ``host_read``, so it is refused inside a compiled step) and
+  raises CPU PyTorch's own error (``torch.linalg.inv`` of a singular matrix,
+  ``torch.linalg.cholesky`` of one that is not positive-definite). The ``*_ex`` variants
+  never sync: they return ``info``.
 - **Which matrix is factored.** ``det`` and ``slogdet`` factor ``A.mT`` when ``A`` is
   contiguous and real, ``A`` otherwise (``linalg.solve`` always factors ``A``); their
   backward formulas reuse the returned ``LU`` assuming that choice, so it is made the same
@@ -20,11 +21,14 @@ Example: ``torch.linalg.det(a)`` on an spmd tensor records ``linalg_lu_factor_ex
 
 import torch
 
+from torchspmd.device.host import host_read
+
 aten = torch.ops.aten
 
 
 def _linalg_check_errors(info, api_name: str, *, is_matrix: bool) -> None:
-    torch._linalg_check_errors(info.cpu(), api_name, is_matrix=is_matrix)
+    info = host_read(info, api_name, "to check that the factorization succeeded")
+    torch._linalg_check_errors(info, api_name, is_matrix=is_matrix)
 
 
 def _cholesky(self, upper: bool = False):
@@ -97,16 +101,15 @@ def _linalg_lstsq(A, B, rcond=None, *, driver=None):
         torch._linalg_check_errors(_first_zero_on_diagonal(r), "torch.linalg.lstsq",
                                    is_matrix=A.dim() == 2)
     U, S, Vh = torch.linalg.svd(A, full_matrices=False)
-    if rcond is None or rcond < 0:
-        rcond = torch.finfo(S.dtype).eps * max(m, n)
+    eps = torch.finfo(S.dtype).eps
+    rcond = eps * max(m, n) if rcond is None else eps if rcond < 0 else rcond  # LAPACK's rule
     keep = S > (0 if driver == "gels" else rcond) * S[..., :1]
     inverse = torch.where(keep, S.reciprocal(), 0).to(A.dtype)
     solution = Vh.mH @ (inverse.unsqueeze(-1) * (U.mH @ B2))
     rank = keep.sum(-1)
-    empty = A.new_empty(0)
-    residuals = empty
+    residuals = S.new_empty(0)  # real, like the residuals themselves
     if m > n and driver != "gelsy":
-        if driver == "gels" or bool((rank == n).all().cpu()):
+        if driver == "gels" or bool(host_read((rank == n).all(), "torch.linalg.lstsq")):
             residuals = (A @ solution - B2).abs().pow(2).sum(-2)
     return (solution.squeeze(-1) if vector else solution, residuals,
             rank if driver != "gels" else rank.new_empty(0),

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import weakref
 
+from torchspmd.lazy import provenance
 from torchspmd.lazy.node import Node, TensorMeta
 from torchspmd.lazy.record import record_unary
 from torchspmd.lowering.annotations import SHARDING_CONSTRAINT
@@ -21,6 +22,8 @@ from torchspmd.lazy.views import derive, write_back
 # dropped tensor's graph is never run.
 PENDING: "weakref.WeakSet[Storage]" = weakref.WeakSet()
 PENDING_VIEWS: "weakref.WeakSet[Handle]" = weakref.WeakSet()
+_RECORDING = provenance.ACTIVE
+_EPOCH = provenance.EPOCH
 
 
 class Storage:
@@ -34,8 +37,12 @@ class Storage:
         self.value = value
         if not value[0].is_leaf:
             PENDING.add(self)
+        if _RECORDING[0] is not None:
+            provenance.created(self)
 
     def set(self, value: tuple[Node, int]) -> None:
+        if _RECORDING[0] is not None:
+            provenance.wrote(self)
         self.value = value
         self.version += 1
         if not value[0].is_leaf:
@@ -46,7 +53,7 @@ class Handle:
     """A tensor's lazy state: its storage, and the view chain from the storage's base."""
 
     __slots__ = ("storage", "view", "meta", "annotation", "_cached", "_cached_version",
-                 "__weakref__")
+                 "_cached_epoch", "__weakref__")
 
     def __init__(self, storage: Storage, meta: TensorMeta, view: tuple = (), cached=None):
         self.storage = storage
@@ -58,6 +65,7 @@ class Handle:
 
     def _cache(self, value) -> None:
         self._cached = value
+        self._cached_epoch = _EPOCH[0]
         if value is not None and not value[0].is_leaf:
             PENDING_VIEWS.add(self)
 
@@ -74,6 +82,10 @@ class Handle:
 
     def value(self) -> tuple[Node, int]:
         """The tensor's current graph value (a view is re-derived if its base changed)."""
+        if _RECORDING[0] is not None:
+            provenance.touched(self.storage)
+            if self._cached_epoch != _EPOCH[0]:  # cached before this recording began
+                self._cached = None
         if not self.view:
             return self.storage.value
         if self._cached is None or self._cached_version != self.storage.version:

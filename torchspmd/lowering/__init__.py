@@ -1,8 +1,8 @@
 """aten -> JAX lowerings: importing this package fills ``registry.LOWERINGS``."""
 
-from torchspmd.lowering import (activations, annotations, bessel, conv,  # noqa: F401
-                                distances, elementwise, embedding_bag, factorizations, factory,
-                                fft, foreach, indexing, ldl, linalg, logaddexp, nn,
+from torchspmd.lowering import (activations, annotations, barrier, bessel,  # noqa: F401
+                                conv, distances, elementwise, embedding_bag, factorizations,
+                                factory, fft, foreach, indexing, ldl, linalg, logaddexp, nn,
                                 normalization, order_statistics, orthogonal_polynomials, pool3d,
                                 random, reductions, shape, sized, solvers, special, upsample,
                                 zeta)

@@ -50,8 +50,9 @@ def _factor(a):
         absakk = jnp.abs(s[k, k])
         zero = (jnp.maximum(absakk, colmax) == 0) | jnp.isnan(absakk)
         rowmax = jnp.max(jnp.where((idx >= k) & (idx != imax), jnp.abs(s[imax]), -1))
-        one_by_one_at_k = (absakk >= _ALPHA * colmax) | (absakk >= _ALPHA * colmax * (colmax / rowmax))
-        keep_k = zero | one_by_one_at_k
+        # Pivot on A[k, k] (1x1) unless column k has a much larger entry.
+        keep_k = (zero | (absakk >= _ALPHA * colmax)
+                  | (absakk >= _ALPHA * colmax * (colmax / rowmax)))
         kstep = jnp.where(keep_k | (jnp.abs(s[imax, imax]) >= _ALPHA * rowmax), 1, 2)
         kp = jnp.where(keep_k, k, imax)
         kk = k + kstep - 1

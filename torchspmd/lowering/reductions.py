@@ -181,8 +181,10 @@ def vector_norm(x, ord, axes, keepdim):
         return jnp.sum(a ** ord, **kw) ** (1.0 / ord)
     p = cast(ord, x.dtype)
     general = jnp.sum(a ** p, **kw) ** (1 / p)
-    return jnp.where(p == jnp.inf, jnp.max(a, **kw),
-                     jnp.where(p == -jnp.inf, jnp.min(a, **kw),
+    # Every branch is computed: identities keep max/min defined over an empty reduction
+    # (|x| >= 0, so they change nothing otherwise; PyTorch rejects inf norms of empty input).
+    return jnp.where(p == jnp.inf, jnp.max(a, initial=0, **kw),
+                     jnp.where(p == -jnp.inf, jnp.min(a, initial=jnp.inf, **kw),
                                jnp.where(p == 0, jnp.sum(a != 0, **kw).astype(x.dtype), general)))
 
 

@@ -116,8 +116,7 @@ def linalg_matrix_exp(meta, self):
 def _tolerances(x, atol, rtol):
     """PyTorch's ``get_atol_rtol``: absolute tolerance 0 by default; relative tolerance
     ``eps * max(m, n)`` unless given, or unless a positive ``atol`` was given."""
-    real = np.finfo(jnp.real(jnp.zeros((), x.dtype)).dtype)
-    default = real.eps * max(x.shape[-2:])
+    default = np.finfo(x.dtype).eps * max(x.shape[-2:])  # finfo of a complex type is its real part's
     atol_ = jnp.zeros((), jnp.float64) if atol is None else atol.astype(jnp.float64)
     if rtol is not None:
         rtol_ = rtol.astype(jnp.float64)

@@ -16,6 +16,7 @@ import torch
 from torchspmd.jax_setup import devices
 from torchspmd.lazy.handle import PENDING, PENDING_VIEWS
 from torchspmd.lazy.node import Node
+from torchspmd.lazy.provenance import is_recording, refuse_host_read
 from torchspmd.lowering.annotations import FULL_TO_SHARD, SHARD_TO_FULL, SHARDING_CONSTRAINT
 from torchspmd.runtime import memory, placement, transfer
 from torchspmd.runtime.cache import LRU, programs_capacity_from_env
@@ -44,7 +45,12 @@ def sync(wait: bool = False) -> None:
 
         loss = model(x).sum(); loss.backward(); opt.step()
         torchspmd.sync()   # one compiled program for the whole step
+
+    Inside a step being recorded by ``torchspmd.compile`` it does nothing: the whole
+    step is one program.
     """
+    if is_recording():
+        return
     values = [s.value for s in list(PENDING)] + [h.pending_view_value() for h in list(PENDING_VIEWS)]
     wanted: dict[Node, set[int]] = {}
     for value in values:
@@ -134,6 +140,8 @@ def _placements(graph, parts: _Parts) -> list[tuple[tuple[int, ...] | None, list
 
 def materialize(values: list[tuple[Node, int]]) -> list[jax.Array]:
     """The arrays of ``values``, running just the graph they need."""
+    refuse_host_read("an op that needs a computed value now (a data-dependent shape, a "
+                     "host transfer)")
     pending = list(dict.fromkeys(n for n, _ in values if not n.is_leaf))
     execute(pending)
     result = []
@@ -208,14 +216,49 @@ def execute(roots: list[Node], wanted: dict | None = None) -> None:
             root.materialized([failed] * len(root.sig.outputs))
         raise failed.error from None
     _LAST[:] = [program]
+    ids = target if target is not None else tuple(range(len(devices())))
     for root, indices, arrays in zip(graph.roots, graph.wanted, outputs):
         full = [None] * len(root.sig.outputs)
         for i, a in zip(indices, arrays):
-            full[i] = a
+            full[i] = _on_devices(a, ids)
         root.materialized(full)
     produced = [a for arrays in outputs for a in arrays]
     if produced:
         _IN_FLIGHT[frozenset(d.id for d in produced[0].sharding.device_set)] = produced
+
+
+def single_target(graph) -> tuple[int, ...] | None:
+    """The one device set all of ``graph`` runs on (``None``: every device).
+
+    Raises ``NotImplementedError`` for a graph of independent computations on several
+    device sets (``execute`` runs those as one program each).
+    """
+    placements = _placements(graph, _Parts(graph))
+    if len(placements) > 1:
+        raise NotImplementedError(
+            "torchspmd.compile: this step computes on several device sets "
+            f"({[p[0] for p in placements]}) independently; compile one step per mesh, or "
+            "run it without torchspmd.compile")
+    return placements[0][0] if placements else None
+
+
+def note_in_flight(arrays: list) -> None:
+    """``arrays`` are the latest outputs on their devices (``wait_device_ops`` waits on them)."""
+    if arrays:
+        _IN_FLIGHT[frozenset(d.id for d in arrays[0].sharding.device_set)] = arrays
+
+
+def in_flight_ids() -> set[int]:
+    """``id`` of every array the in-flight lists hold (each is one more reference to it)."""
+    return {id(a) for arrays in _IN_FLIGHT.values() for a in arrays}
+
+
+def _on_devices(array: jax.Array, ids: tuple[int, ...]) -> jax.Array:
+    """An output that does not depend on the program's inputs (``x.fill_(v)``) comes back
+    on JAX's default device alone; it belongs, replicated, on the program's devices."""
+    if len(ids) > 1 and isinstance(array.sharding, jax.sharding.SingleDeviceSharding):
+        return transfer.reshard(array, transfer.replicated_on(ids))
+    return array
 
 
 def _placed_inputs(graph, target: tuple[int, ...] | None) -> list[jax.Array]:
@@ -236,7 +279,9 @@ def upload_leaf(leaf: Node, sharding=None) -> None:
 
 def wait_device_ops() -> None:
     """Block until every computation started so far has finished."""
-    jax.block_until_ready([a for arrays in _IN_FLIGHT.values() for a in arrays])
+    # A donated buffer was consumed by a later program, which is waited on instead.
+    jax.block_until_ready([a for arrays in _IN_FLIGHT.values() for a in arrays
+                           if not a.is_deleted()])
     _IN_FLIGHT.clear()
 
 

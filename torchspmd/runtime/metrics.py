@@ -13,11 +13,21 @@ def reset() -> None:
         cache_hits=0,  # syncs whose graph was already compiled
         executions=0,  # compiled programs run
         ops_traced=0,  # aten calls recorded
+        ops_executed=0,  # recorded nodes run by programs
+        ops_rerun=0,  # of those, nodes an earlier program had run already (work done twice)
         trace_time_s=0.0,  # time spent recording those calls
         compile_time_s=0.0,  # time spent tracing to JAX and compiling with XLA
         bytes_to_device=0,  # host -> device, summed over devices
         bytes_to_host=0,  # device -> host
         programs_evicted=0,  # compiled programs dropped from the bounded compile cache
+        step_captures=0,  # torchspmd.compile: calls whose Python ran under the recorder
+        step_replays=0,  # compiled-step calls that ran as one program, no Python
+        step_warmups=0,  # captures run lazily because state appeared on first use
+        step_recaptures_hyperparameters=0,  # a Python-number hyperparameter changed
+        step_recaptures_check=0,  # check_every re-recordings
+        step_recaptures_state=0,  # state changed outside the step (p.grad set to None...)
+        step_check_misses=0,  # check_every found another path
+        donated_bytes=0,  # buffers handed to a step that overwrote them
     )
 
 

@@ -64,14 +64,26 @@ class Program:
             self.compiled_once = True
             COUNTERS["compile_time_s"] += time.perf_counter() - start
         COUNTERS["executions"] += 1
+        COUNTERS["ops_executed"] += len(graph.nodes)
+        for node in graph.nodes:  # intermediates not kept are computed again if read later
+            COUNTERS["ops_rerun"] += node.ran
+            node.ran = True
         return outputs
 
     def optimized_hlo(self) -> str:
         """XLA's optimized, partitioned HLO of the latest run (collectives are visible here)."""
+        return self._compiled().as_text()
+
+    def memory_analysis(self):
+        """XLA's memory analysis of the latest run's program, per device: bytes of its
+        arguments, outputs and temporaries (``.temp_size_in_bytes``)."""
+        return self._compiled().memory_analysis()
+
+    def _compiled(self):
         leaves, vectors = self._last_args
         abstract = [jax.ShapeDtypeStruct(shape, dtype, sharding=sharding)
                     for shape, dtype, sharding in leaves]
-        return self.jitted.lower(abstract, *vectors).compile().as_text()
+        return self.jitted.lower(abstract, *vectors).compile()
 
     def _replay(self, leaves, floats, ints, bools):
         COUNTERS["graphs_compiled"] += 1  # runs only while JAX traces, i.e. compiles

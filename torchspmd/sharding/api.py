@@ -21,6 +21,7 @@ from torch.utils._pytree import tree_flatten, tree_unflatten
 from torchspmd.device.tensor import SpmdTensor
 from torchspmd.lazy.handle import Handle
 from torchspmd.lazy.node import TENSOR
+from torchspmd.lazy.provenance import is_recording
 from torchspmd.lazy.record import record
 from torchspmd.lowering.annotations import SHARD_ALIKE
 from torchspmd.sharding import state
@@ -74,7 +75,9 @@ def mark_sharding(t: torch.Tensor | XLAShardedTensor, mesh: Mesh,
     tensor, mesh = _checked(t, mesh, partition_spec, "mark_sharding")
     sharding = named_sharding(mesh, partition_spec)
     value = state.current_value(tensor)
-    if not value[0].is_leaf:
+    # While a compiled step is recorded, data is constrained in the graph rather than
+    # resharded now: a reshard now would freeze this step's data into the program.
+    if not value[0].is_leaf or is_recording():
         state.annotate(tensor, state.constrain(value, sharding))
     else:
         _mark_data(tensor, value, sharding, spec_to_hlo_text(mesh, partition_spec, tensor.dim()))

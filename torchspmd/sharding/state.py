@@ -157,7 +157,9 @@ def annotate(t: SpmdTensor, value: Value) -> None:
     """
     handle = t._h
     if all(step.op in IDENTITY_OPS for step in handle.view):
-        handle.assign(value)
+        # Set, not written back: a write keeps the storage's old annotation, and the new
+        # annotation must replace it (`x[:, 0:2]` of a 2-column x is an alias of x).
+        handle.storage.set(value)
     else:
         handle.hold(value, annotation(value))
 

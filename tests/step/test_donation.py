@@ -1,0 +1,64 @@
+"""Buffer donation: state the step overwrites gives its buffer to the step, unless another
+tensor still holds that buffer (then the step gets a copy and the other tensor is intact)."""
+
+import torch
+
+import torchspmd as xs
+from tests.step.helpers import DEVICE, batches, mlp, on_device, train_step
+
+
+def _trained(steps: int = 4):
+    model = mlp(DEVICE)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    step = xs.compile(train_step(model, opt))
+    data = batches(steps)
+    return model, step, data
+
+
+def test_parameters_and_optimizer_state_are_donated_in_steady_state():
+    model, step, data = _trained()
+    before = xs.metrics()["donated_bytes"]
+    for x, y in data:
+        step(*on_device(x, y))
+    state_bytes = 2 * sum(p.numel() * 4 for p in model.parameters())  # params + momentum
+    assert xs.metrics()["donated_bytes"] - before >= state_bytes
+
+
+def test_a_zero_copy_alias_of_a_parameter_keeps_its_value():
+    model, step, data = _trained()
+    weight = model[0].weight
+    alias = torch.empty_like(weight)
+    for i, (x, y) in enumerate(data):
+        if i == 2:  # after capture: copy_ shares the parameter's buffer, no data moves
+            alias.copy_(weight.detach())
+            xs.sync()
+            expected = weight.detach().cpu()
+        step(*on_device(x, y))
+    torch.testing.assert_close(alias.cpu(), expected)
+    assert not torch.equal(weight.detach().cpu(), expected)
+
+
+def test_tensors_kept_from_earlier_steps_stay_readable():
+    model, step, data = _trained(5)
+    kept = []
+    for x, y in data:
+        loss = step(*on_device(x, y))
+        kept.append((loss, model[2].bias.detach(), model[2].bias.grad))
+    for loss, bias, grad in kept:
+        assert torch.isfinite(loss.cpu())
+        assert torch.isfinite(grad.cpu()).all()
+    torch.testing.assert_close(kept[0][1].cpu(), model[2].bias.detach().cpu())  # a view: live
+
+
+def test_a_step_that_returns_a_parameter_keeps_both_readable():
+    w = torch.ones(3).to(DEVICE)
+
+    @xs.compile
+    def step(x):
+        w.mul_(x)
+        return w * 1, w
+
+    outs = [step(torch.full((3,), 2.0).to(DEVICE)) for _ in range(4)]
+    assert [o[0].cpu()[0].item() for o in outs] == [2.0, 4.0, 8.0, 16.0]
+    assert [o[1].cpu()[0].item() for o in outs] == [2.0, 4.0, 8.0, 16.0]
+    torch.testing.assert_close(w.cpu(), torch.full((3,), 16.0))

@@ -1,0 +1,123 @@
+"""What a compiled step refuses, clearly and at capture."""
+
+import pytest
+import torch
+
+import torchspmd as xs
+from torchspmd.step import CheckMissError, HostReadInStep, RebindingError
+
+DEVICE = xs.device()
+
+
+@pytest.mark.parametrize("read", [
+    lambda t: t.sum().item(),
+    lambda t: t.cpu(),
+    lambda t: print(t),
+    lambda t: bool(t.sum() > 0),
+    lambda t: t.tolist(),
+])
+def test_a_host_read_inside_the_step_names_itself_and_says_to_move_it_out(read):
+    @xs.compile
+    def step(x):
+        y = x * 2
+        read(y)
+        return y
+
+    with pytest.raises(HostReadInStep, match="move this out of the step"):
+        step(torch.ones(3).to(DEVICE))
+
+
+def test_sync_inside_the_step_is_ignored():
+    @xs.compile
+    def step(x):
+        y = x + 1
+        xs.sync()
+        return y * 2
+
+    for _ in range(2):
+        out = step(torch.ones(3).to(DEVICE))
+    torch.testing.assert_close(out.cpu(), torch.full((3,), 4.0))
+
+
+total = torch.zeros(()).to(DEVICE)
+
+
+def test_rebinding_a_global_tensor_raises_instead_of_freezing_it():
+    @xs.compile
+    def step(x):
+        global total
+        total = total + x.sum()
+        return total
+
+    with pytest.raises(RebindingError, match="'total'"):
+        step(torch.ones(3).to(DEVICE))
+
+
+def test_rebinding_a_closure_tensor_raises():
+    count = torch.zeros(()).to(DEVICE)
+
+    def step(x):
+        nonlocal count
+        count = count + 1
+        return x * count
+
+    with pytest.raises(RebindingError, match="closure"):
+        xs.compile(step)(torch.ones(3).to(DEVICE))
+
+
+def test_updating_a_global_tensor_in_place_is_replayed():
+    counter = torch.zeros(()).to(DEVICE)
+
+    @xs.compile
+    def step(x):
+        counter.add_(x.sum())
+        return counter * 1
+
+    for _ in range(4):
+        out = step(torch.ones(3).to(DEVICE))
+    assert out.item() == 12.0
+    assert counter.item() == 12.0
+
+
+def test_check_every_names_the_first_op_that_differs():
+    mode = {"relu": True}
+
+    @xs.compile(check_every=2)
+    def step(x):
+        return torch.relu(x) if mode["relu"] else torch.tanh(x)
+
+    x = torch.ones(3).to(DEVICE)
+    step(x)
+    mode["relu"] = False
+    with pytest.raises(CheckMissError, match="tanh"):
+        step(x)
+    assert xs.metrics()["step_check_misses"] >= 1
+
+
+def test_torch_compile_of_an_spmd_model_gives_eager_results():
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.GELU(),
+                                torch.nn.Linear(8, 2)).to(DEVICE)
+    x = torch.randn(3, 4).to(DEVICE)
+    compiled = torch.compile(model)
+    y = compiled(x)
+    y.sum().backward()
+    grads = [p.grad.cpu() for p in model.parameters()]
+    model.zero_grad()
+    expected = model(x)
+    expected.sum().backward()
+    torch.testing.assert_close(y.cpu(), expected.cpu())
+    for g, p in zip(grads, model.parameters()):
+        torch.testing.assert_close(g, p.grad.cpu())
+
+
+def test_check_every_passes_and_keeps_replaying_when_the_path_is_the_same():
+    @xs.compile(check_every=2)
+    def step(x):
+        return torch.relu(x) * 2
+
+    x = torch.ones(3).to(DEVICE)
+    outs = [step(x) for _ in range(5)]
+    assert xs.metrics()["step_recaptures_check"] >= 2
+    for out in outs:
+        torch.testing.assert_close(out.cpu(), torch.full((3,), 2.0))

@@ -1,0 +1,105 @@
+"""The cache of a compiled step: per argument signature, reused when a signature recurs."""
+
+import numpy as np
+import torch
+
+import torchspmd as xs
+from tests.step.helpers import DEVICE, batches, mlp, on_device, train_step
+
+
+def _counts():
+    m = xs.metrics()
+    return m["step_captures"], m["step_replays"], m["graphs_compiled"]
+
+
+def test_a_new_shape_captures_again_and_an_old_one_replays():
+    model = mlp(DEVICE)
+    step = xs.compile(train_step(model, torch.optim.SGD(model.parameters(), lr=0.1)))
+    (x, y), = batches(1)
+    step(*on_device(x, y))  # warm-up (p.grad appears)
+    step(*on_device(x, y))  # capture for batch 16
+    step(*on_device(x[:8], y[:8]))  # capture for batch 8
+    captures, replays, compiled = _counts()
+    loss16 = step(*on_device(x, y))
+    loss8 = step(*on_device(x[:8], y[:8]))
+    assert _counts() == (captures, replays + 2, compiled)
+    assert step.plans == 2
+    assert loss16.shape == loss8.shape == ()
+
+
+def test_a_recaptured_identical_graph_reuses_its_compiled_program():
+    model = mlp(DEVICE)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    step = xs.compile(train_step(model, opt))
+    data = batches(4)
+    for x, y in data[:2]:
+        step(*on_device(x, y))
+    opt.param_groups[0]["lr"] = 0.05  # a Python float: the step runs its Python again
+    captures, _, compiled = _counts()
+    step(*on_device(*data[2]))
+    assert xs.metrics()["step_captures"] == captures + 1
+    assert xs.metrics()["graphs_compiled"] == compiled
+
+
+def test_an_argument_marked_inside_the_step_keeps_replaying_without_recompiling():
+    mesh = xs.Mesh(np.arange(8), (8,), ("data",))
+    w = torch.ones(4, 4).to(DEVICE)
+
+    @xs.compile
+    def step(x):
+        xs.mark_sharding(x, mesh, ("data", None))
+        return (x @ w).sum(dim=1)
+
+    xs_ = [torch.randn(8, 4) for _ in range(4)]
+    outs = [step(x.to(DEVICE)) for x in xs_[:2]]
+    compiled = xs.metrics()["graphs_compiled"]
+    outs += [step(x.to(DEVICE)) for x in xs_[2:]]
+    assert xs.metrics()["graphs_compiled"] == compiled
+    for x, out in zip(xs_, outs):
+        torch.testing.assert_close(out.cpu(), (x @ torch.ones(4, 4)).sum(dim=1))
+
+
+def test_arguments_in_another_layout_are_another_signature():
+    mesh = xs.Mesh(np.arange(8), (8,), ("data",))
+
+    @xs.compile
+    def double(x):
+        return x * 2
+
+    plain = torch.arange(16.0).reshape(8, 2).to(DEVICE)
+    sharded = torch.arange(16.0).reshape(8, 2).to(DEVICE)
+    xs.mark_sharding(sharded, mesh, ("data", None))
+    xs.sync()
+    torch.testing.assert_close(double(plain).cpu(), torch.arange(16.0).reshape(8, 2) * 2)
+    torch.testing.assert_close(double(sharded).cpu(), torch.arange(16.0).reshape(8, 2) * 2)
+    assert double.plans == 2
+
+
+def test_nested_results_come_back_in_their_structure():
+    w = torch.arange(6.0).reshape(2, 3).to(DEVICE)
+
+    @xs.compile
+    def stats(x, scale):
+        y = x @ w * scale
+        return {"sum": y.sum(), "parts": (y.max(), [y.min(), "label"])}
+
+    for _ in range(2):
+        out = stats(torch.ones(4, 2).to(DEVICE), 2.0)
+    expected = torch.ones(4, 2) @ torch.arange(6.0).reshape(2, 3) * 2
+    assert out["parts"][1][1] == "label"
+    torch.testing.assert_close(out["sum"].cpu(), expected.sum())
+    torch.testing.assert_close(out["parts"][0].cpu(), expected.max())
+    torch.testing.assert_close(out["parts"][1][0].cpu(), expected.min())
+    assert xs.metrics()["step_replays"] >= 1
+
+
+def test_an_argument_updated_in_place_is_updated_for_the_caller():
+    @xs.compile
+    def scale_(x):
+        x.mul_(3)
+
+    tensors = [torch.full((2,), float(i)).to(DEVICE) for i in range(3)]
+    for t in tensors:
+        scale_(t)
+    for i, t in enumerate(tensors):
+        torch.testing.assert_close(t.cpu(), torch.full((2,), 3.0 * i))

@@ -1,0 +1,166 @@
+"""``torchspmd.compile``: run a training step's Python once, then replay it as one call.
+
+Semantics are ``jax.jit``'s: the Python runs while a call is captured, and afterwards only
+when the argument signature changes (``signature.py``), a hand-set hyperparameter
+changes, or a ``check_every`` check comes due. State is discovered, not declared: every
+tensor the step reads is an input, every tensor it writes or creates is written back into
+the same Python object or slot after each call.
+
+Example::
+
+    @torchspmd.compile
+    def train_step(x, y):
+        opt.zero_grad()
+        loss = F.cross_entropy(model(x), y)
+        loss.backward()
+        opt.step()
+        return loss
+
+    for x, y in loader:
+        loss = train_step(x, y)   # after capture: one jitted call, no Python per op
+        sched.step()
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any, Callable
+
+from torch.utils._pytree import tree_flatten, tree_map, tree_unflatten
+
+from torchspmd.device.tensor import SpmdTensor
+from torchspmd.lazy.handle import Handle
+from torchspmd.runtime import execute
+from torchspmd.runtime.cache import LRU
+from torchspmd.runtime.metrics import COUNTERS
+from torchspmd.step import optim
+from torchspmd.step.capture import capture, first_difference
+from torchspmd.step.plan import Plan, StalePlan
+from torchspmd.step.signature import signature
+
+
+# Plans kept per argument signature, for states the step meets in turn (``p.grad`` empty
+# on the first micro-batch of an accumulation, full on the others).
+_PLANS_PER_SIGNATURE = 4
+
+
+class CheckMissError(RuntimeError):
+    """A ``check_every`` re-recording of a compiled step took another path than its capture."""
+
+
+class CompiledStep:
+    """A step function compiled by :func:`compile` (call it like the function)."""
+
+    def __init__(self, fn: Callable, check_every: int | None = None, cache_size: int = 64):
+        if check_every is not None and (isinstance(check_every, bool) or
+                                        not isinstance(check_every, int) or check_every < 1):
+            raise ValueError(f"torchspmd.compile: check_every must be an int >= 1 or None, got "
+                             f"{check_every!r}")
+        self.fn = fn
+        self.check_every = check_every
+        self._plans = LRU(cache_size)
+        self._calls = 0
+        self._last: Plan | None = None
+        functools.update_wrapper(self, fn)
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        self._calls += 1
+        args, kwargs = _as_bases(args, kwargs)
+        key, tensors = signature(args, kwargs)
+        plans: list[Plan] = self._plans.get(key) or []
+        plan = next((p for p in plans if p.ready()), None)
+        if plan is None and plans:
+            COUNTERS["step_recaptures_state"] += 1  # e.g. p.grad set to None outside
+        if plan is not None:
+            reason = self._why_capture(plan)
+            if reason is None:
+                try:
+                    outputs, placed = plan(tensors)
+                except StalePlan:
+                    reason = "state"
+                else:
+                    COUNTERS["step_replays"] += 1
+                    self._last = plan
+                    return plan.write_back(outputs, placed, tensors)
+            COUNTERS[f"step_recaptures_{reason}"] += 1
+        return self._capture(key, plan, args, kwargs, tensors)
+
+    def _why_capture(self, plan: Plan) -> str | None:
+        if optim.hyperparameters(plan.captured.optimizers) != plan.captured.hyper:
+            return "hyperparameters"
+        if self.check_every is not None and self._calls % self.check_every == 0:
+            return "check"
+        return None
+
+    def _capture(self, key, old: Plan | None, args, kwargs, tensors) -> Any:
+        result, captured = capture(self.fn, args, kwargs, tensors)
+        COUNTERS["step_captures"] += 1
+        if old is not None and captured.graph is not None and old.key != captured.graph.key \
+                and self.check_every is not None and self._calls % self.check_every == 0:
+            COUNTERS["step_check_misses"] += 1
+            raise CheckMissError(
+                "torchspmd.compile: check_every found that the step now runs another "
+                "computation than the one captured "
+                f"({first_difference(old.captured.graph, captured.graph)}). The Python code "
+                "took another path (it depends on a value that changed): make the step's "
+                "path depend only on its arguments, or pass the value that changes as an "
+                "argument.")
+        if captured.warmup or captured.graph is None:
+            COUNTERS["step_warmups"] += 1
+            # Ran lazily: the values are pending, as on the lazy path (results detached, as
+            # a replay's are).
+            return tree_map(lambda t: t.detach() if isinstance(t, SpmdTensor) else t, result)
+        plan = Plan(captured)
+        outputs, placed = plan(tensors, first=True)
+        # Written back as a replay writes: the recorded nodes stay pending for anything
+        # else that still holds them (a later sync computes those lazily).
+        plans = [p for p in (self._plans.get(key) or []) if p is not old]
+        self._plans[key] = [plan] + plans[:_PLANS_PER_SIGNATURE - 1]
+        self._last = plan
+        return plan.write_back(outputs, placed, tensors)
+
+    @property
+    def plans(self) -> int:
+        """How many argument signatures have a captured plan."""
+        return len(self._plans)
+
+    def memory_analysis(self):
+        """XLA's memory analysis of the program the latest call ran (None before any).
+
+        Example: ``step.memory_analysis().temp_size_in_bytes``.
+        """
+        return self._last.memory if self._last is not None else None
+
+
+def _as_bases(args: tuple, kwargs: dict) -> tuple[tuple, dict]:
+    """The arguments with every spmd tensor holding data, views replaced by plain copies
+    (a view's chain is part of the program; its data is what the step reads)."""
+    leaves, spec = tree_flatten((args, kwargs))
+    values = [t._h.value() for t in leaves if isinstance(t, SpmdTensor)]
+    pending = [v for v in values if v[0].arrays is None]
+    if pending:
+        execute.materialize(pending)
+    if not any(isinstance(t, SpmdTensor) and t._h.view for t in leaves):
+        return args, kwargs
+    leaves = [SpmdTensor(Handle.new(t._h.value(), t._h.meta), requires_grad=t.requires_grad)
+              if isinstance(t, SpmdTensor) and t._h.view else t for t in leaves]
+    return tree_unflatten(leaves, spec)
+
+
+def compile(fn: Callable | None = None, *, check_every: int | None = None) -> Any:
+    """Compile a training step: capture its Python once, then run one program per call.
+
+    ``check_every=N`` re-records every N-th call and raises :class:`CheckMissError` naming
+    the first op that differs if the Python took another path. See the module docstring
+    for the contract; ``torchspmd.metrics()`` counts ``step_captures``, ``step_replays``,
+    ``step_warmups``, ``step_recaptures_<reason>``, ``step_check_misses`` and
+    ``donated_bytes``.
+
+    Example::
+
+        step = torchspmd.compile(train_step)          # or @torchspmd.compile
+        loss = step(x, y)
+    """
+    if fn is None:
+        return functools.partial(compile, check_every=check_every)
+    return CompiledStep(fn, check_every)

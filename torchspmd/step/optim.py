@@ -1,0 +1,96 @@
+"""Optimizers made replayable: step counters on the device, learning rates as device scalars.
+
+``torch.optim`` defaults keep Adam's step counter on the CPU and read it with ``.item()``,
+a host read a compiled step cannot do. With ``capturable=True`` (which PyTorch offers for
+exactly this: CUDA graphs) the counter lives on the device. A learning rate held as a
+0-d device tensor is filled in place by ``torch.optim.lr_scheduler`` (PyTorch's
+schedulers ``fill_`` tensor learning rates), so a schedule changes a program *input*:
+no re-capture and no recompile.
+
+Optimizers that take a tensor learning rate only through a host read (``SGD``'s
+``alpha=-lr``) keep Python numbers; :func:`hyperparameters` lists them, and a change
+makes the step re-capture (the recorded graph is the same, so its program is reused).
+
+Example::
+
+    prepare([opt])                 # Adam: capturable, lr -> spmd scalar
+    hyperparameters([opt])         # ((0, 'momentum', 0.9), ...) for the others
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from torchspmd.device.tensor import DEVICE
+from torchspmd.sharding.state import new_leaf
+
+# Optimizers whose tensor learning rate is used by tensor ops only (with capturable=True).
+_TENSOR_LR = (torch.optim.Adam, torch.optim.AdamW)
+
+
+def prepare(optimizers: list[torch.optim.Optimizer]) -> None:
+    """Make ``optimizers`` replayable in place (see the module docstring). Idempotent; a
+    float learning rate set by hand since the last call is copied into the device scalar."""
+    for opt in optimizers:
+        tensor_lr = isinstance(opt, _TENSOR_LR)
+        if "_torchspmd_capturable" not in opt.__dict__:
+            # Checkpoints keep the optimizer's own settings: a float lr, capturable as set.
+            opt.__dict__["_torchspmd_capturable"] = {}
+            opt.register_state_dict_post_hook(_portable_state_dict)
+        for i, group in enumerate(opt.param_groups):
+            if "capturable" in group and not group["capturable"]:
+                opt.__dict__["_torchspmd_capturable"][i] = False
+                group["capturable"] = True
+                _steps_to_device(opt, group)
+            if tensor_lr and "capturable" in group:
+                _lr_on_device(opt, group)
+
+
+def _steps_to_device(opt, group) -> None:
+    for p in group["params"]:
+        state = opt.state.get(p)
+        step = state.get("step") if state else None
+        if isinstance(step, torch.Tensor) and step.device != DEVICE:
+            state["step"] = step.to(device=DEVICE, dtype=torch.float32)
+
+
+def _lr_on_device(opt, group) -> None:
+    """``group['lr']`` as a device scalar; a float set by hand is written into it."""
+    owned = opt.__dict__.setdefault("_torchspmd_lr", {})
+    lr = group["lr"]
+    scalar = owned.get(id(group))
+    if isinstance(lr, torch.Tensor) and lr is scalar:
+        return
+    if isinstance(lr, torch.Tensor) and lr.device == DEVICE:
+        owned[id(group)] = lr  # the user's own device scalar: schedulers fill it
+        return
+    value = float(lr)
+    if scalar is None:
+        scalar = owned[id(group)] = torch.tensor(value, dtype=torch.float64, device=DEVICE)
+    else:  # new host data for the same tensor: an upload, not a program run
+        scalar._h.storage.set(new_leaf(scalar._h.meta, host=np.array(value, dtype=np.float64)))
+    group["lr"] = scalar
+
+
+def _portable_state_dict(opt, state_dict: dict) -> dict:
+    """``opt.state_dict()`` as the optimizer had it before :func:`prepare`: learning rates
+    as floats and ``capturable`` as the user set it (a CPU copy can load it)."""
+    original = opt.__dict__.get("_torchspmd_capturable", {})
+    for i, group in enumerate(state_dict["param_groups"]):
+        if isinstance(group.get("lr"), torch.Tensor):
+            group["lr"] = group["lr"].item()
+        if i in original:
+            group["capturable"] = original[i]
+    return state_dict
+
+
+def hyperparameters(optimizers: list[torch.optim.Optimizer]) -> tuple:
+    """The Python-number hyperparameters of ``optimizers``' param groups, to compare."""
+    found = []
+    for i, opt in enumerate(optimizers):
+        for j, group in enumerate(opt.param_groups):
+            for key, value in group.items():
+                if key != "params" and type(value) in (float, int, bool):
+                    found.append((i, j, key, value))
+    return tuple(found)

@@ -1,0 +1,187 @@
+"""Places: the Python slots a compiled step may fill with tensors, found by walking objects.
+
+A step keeps its state in module parameters and buffers, ``p.grad``, ``optimizer.state``
+and plain attributes. When the step puts a *new* tensor in such a slot (``backward()``
+makes ``p.grad`` after ``zero_grad()``), a replay must put the replayed value in the same
+slot. A :class:`Place` names one slot; :func:`find_places` lists every slot reachable
+from the step function's arguments, closure and globals.
+
+Example::
+
+    places = find_places(train_step, (x, y), {})
+    places.tensors()     # {Place(model.weight, 'grad'): tensor, ...}
+"""
+
+from __future__ import annotations
+
+import types
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import torch
+
+from torchspmd.device.tensor import SpmdTensor
+
+_MAX_DEPTH = 6
+_SKIPPED_TYPES = (types.ModuleType, types.FunctionType, types.BuiltinFunctionType, type,
+                  types.MethodType, str, bytes, int, float, bool, type(None), torch.device,
+                  torch.dtype)
+
+
+@dataclass(frozen=True)
+class Place:
+    """One slot: ``container[key]`` (``item``) or ``container.key`` (attribute)."""
+
+    container: Any = field(compare=False)
+    key: Any
+    item: bool
+    ident: int = 0  # id(container), for hashing and equality
+
+    def get(self):
+        if self.item:
+            return self.container.get(self.key) if isinstance(self.container, dict) else \
+                self.container[self.key]
+        return getattr(self.container, self.key, None)
+
+    def set(self, value) -> None:
+        if self.item:
+            self.container[self.key] = value
+        elif self.key == "grad":  # Tensor.grad checks device and type: bypass nothing
+            self.container.grad = value
+        else:
+            setattr(self.container, self.key, value)
+
+    def __str__(self) -> str:
+        name = type(self.container).__name__
+        return f"{name}[{self.key!r}]" if self.item else f"{name}.{self.key}"
+
+
+def _place(container, key, item: bool) -> Place:
+    return Place(container, key, item, id(container))
+
+
+class Places:
+    """The slots found by one walk, and what they held when walked."""
+
+    def __init__(self):
+        self.held: dict[Place, Any] = {}  # place -> tensor or None
+        self.optimizers: list[torch.optim.Optimizer] = []
+        self.rebindable: dict[Place, Any] = {}  # closure cells and globals holding tensors
+
+    def tensors(self) -> dict[Place, torch.Tensor]:
+        return {p: t for p, t in self.held.items() if t is not None}
+
+
+def find_places(fn: Callable, args: tuple, kwargs: dict) -> Places:
+    """Every tensor slot reachable from ``fn``'s arguments, closure and referenced globals."""
+    places = Places()
+    seen: set[int] = set()
+    for value in (*args, *kwargs.values()):
+        _visit(value, places, seen, 0)
+    for root, place in _roots(fn):
+        if isinstance(root, SpmdTensor) and place is not None:
+            places.rebindable[place] = root
+        _visit(root, places, seen, 0)
+    return places
+
+
+def _roots(fn) -> list[tuple[Any, Place | None]]:
+    """The objects ``fn`` can reach: its closure cells, the globals its code names, and
+    ``self`` for a bound method (each with the slot that holds it, if rebindable)."""
+    roots: list = []
+    if isinstance(fn, types.MethodType):
+        roots.append((fn.__self__, None))
+        fn = fn.__func__
+    if isinstance(fn, torch.nn.Module):
+        return [(fn, None)]
+    code = getattr(fn, "__code__", None)
+    if code is None:
+        return roots + [(fn, None)]
+    for cell, name in zip(fn.__closure__ or (), code.co_freevars):
+        try:
+            roots.append((cell.cell_contents, _place(cell, "cell_contents", False)))
+        except ValueError:  # an empty cell
+            continue
+    globals_ = fn.__globals__
+    for name in _names(code):
+        if name in globals_:
+            roots.append((globals_[name], _place(globals_, name, True)))
+    return roots
+
+
+def _names(code) -> list[str]:
+    """Global names used by ``code`` and the functions defined inside it."""
+    names = list(code.co_names)
+    for const in code.co_consts:
+        if isinstance(const, types.CodeType):
+            names.extend(_names(const))
+    return names
+
+
+def _visit(obj, places: Places, seen: set[int], depth: int) -> None:
+    if depth > _MAX_DEPTH or isinstance(obj, _SKIPPED_TYPES) or id(obj) in seen:
+        return
+    seen.add(id(obj))
+    if isinstance(obj, torch.Tensor):
+        if isinstance(obj, SpmdTensor):
+            places.held.setdefault(_place(obj, "grad", False), obj.grad)
+        return
+    if isinstance(obj, torch.nn.Module):
+        _visit_module(obj, places, seen, depth)
+    elif isinstance(obj, torch.optim.Optimizer):
+        _visit_optimizer(obj, places, seen, depth)
+    elif isinstance(obj, torch.optim.lr_scheduler.LRScheduler):
+        _visit(obj.optimizer, places, seen, depth + 1)
+    elif isinstance(obj, dict):
+        _visit_items(obj, obj.items(), places, seen, depth, settable=True)
+    elif isinstance(obj, list):
+        _visit_items(obj, enumerate(obj), places, seen, depth, settable=True)
+    elif isinstance(obj, tuple):
+        _visit_items(obj, enumerate(obj), places, seen, depth, settable=False)
+    elif type(obj).__module__.split(".")[0] not in ("builtins", "torch", "jax", "numpy") \
+            and hasattr(obj, "__dict__"):
+        _visit_attributes(obj, places, seen, depth)
+
+
+def _visit_items(container, items, places, seen, depth, settable: bool) -> None:
+    for key, value in list(items):
+        if isinstance(value, SpmdTensor) and settable:
+            places.held[_place(container, key, True)] = value
+        _visit(value, places, seen, depth + 1)
+
+
+def _visit_attributes(obj, places, seen, depth) -> None:
+    for key, value in list(vars(obj).items()):
+        if isinstance(value, SpmdTensor):
+            places.held[_place(obj, key, False)] = value
+        _visit(value, places, seen, depth + 1)
+
+
+def _visit_module(module: torch.nn.Module, places, seen, depth) -> None:
+    for sub in module.modules():
+        seen.add(id(sub))
+        for table in (sub._parameters, sub._buffers):
+            for key, value in table.items():
+                if isinstance(value, SpmdTensor):
+                    places.held[_place(table, key, True)] = value
+                    _visit(value, places, seen, depth + 1)
+        for key, value in vars(sub).items():
+            if isinstance(value, SpmdTensor):
+                places.held[_place(sub, key, False)] = value
+            elif not key.startswith("_") and not isinstance(value, torch.nn.Module):
+                _visit(value, places, seen, depth + 1)
+
+
+def _visit_optimizer(opt: torch.optim.Optimizer, places, seen, depth) -> None:
+    places.optimizers.append(opt)
+    for group in opt.param_groups:
+        for key, value in group.items():
+            if isinstance(value, SpmdTensor):
+                places.held[_place(group, key, True)] = value
+        for p in group["params"]:
+            _visit(p, places, seen, depth + 1)
+    for state in opt.state.values():
+        if isinstance(state, dict):
+            for key, value in state.items():
+                if isinstance(value, SpmdTensor):
+                    places.held[_place(state, key, True)] = value

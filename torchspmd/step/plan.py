@@ -1,0 +1,275 @@
+"""A captured step as one compiled call: gather the inputs, run, write the outputs back.
+
+The recorded graph is replayed through the lowering table by :class:`Program` (the lazy
+path's own replay), wrapped in one ``jax.jit`` whose first argument is donated: the
+buffers of state the step reads and overwrites (parameters, optimizer moments). A buffer
+is donated only when nothing but its own tensor holds it (no alias from a zero-copy
+``copy_``, no pending computation, no tensor kept from an earlier step); otherwise a copy
+is donated instead, so no one ever sees "Array has been deleted".
+
+Example::
+
+    plan = Plan(captured)
+    result = plan(arg_tensors)      # one jitted call, outputs written back in place
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+import weakref
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from torch.utils._pytree import tree_unflatten
+
+from torchspmd.device.tensor import SpmdTensor
+from torchspmd.lazy.handle import Handle
+from torchspmd.lazy.node import Node
+from torchspmd.lowering import RANDOM_OPS
+from torchspmd.runtime import execute, placement, rng
+from torchspmd.runtime.cache import LRU
+from torchspmd.runtime.memory import check_fits
+from torchspmd.runtime.metrics import COUNTERS
+from torchspmd.runtime.program import Program
+from torchspmd.step import optim
+from torchspmd.step.capture import Captured
+
+_VECTOR_DTYPES = {float: np.float64, int: np.int64, bool: np.bool_}
+# Compiled steps by graph key, donated inputs and input layouts: a step captured again
+# (a hyperparameter changed, state moved) reuses its executable.
+_EXECUTABLES = LRU(64)
+
+
+class StalePlan(Exception):
+    """A tensor the plan reads is gone (its Python object was dropped): capture again."""
+
+
+class Plan:
+    """The compiled replay of one :class:`Captured` step."""
+
+    def __init__(self, captured: Captured):
+        graph = captured.graph
+        self.captured = captured
+        self.program = Program(graph)
+        self.key = graph.key
+        self.ids = execute.single_target(graph)
+        if self.ids is None:
+            self.ids = tuple(range(len(jax.devices())))
+        self.sources = list(captured.sources)
+        self._layouts: list = [None] * len(self.sources)  # each input's layout, once placed
+        self.consts = {}
+        self._scalars(graph)
+        self._outputs(captured, graph)
+        self.donated = self._donated(captured)
+        kept = [i for i in range(len(self.sources)) if i not in set(self.donated)]
+        self.kept = kept
+        program, donated, count = self.program, self.donated, len(self.sources)
+
+        def replay(donated_arrays, kept_arrays, floats, ints, bools):
+            leaves = [None] * count
+            for i, a in zip(donated, donated_arrays):
+                leaves[i] = a
+            for i, a in zip(kept, kept_arrays):
+                leaves[i] = a
+            outputs = program._replay(leaves, floats, ints, bools)
+            return [a for group in outputs for a in group]
+
+        self.jitted = jax.jit(replay, donate_argnums=(0,))
+        self.compiled = None
+        self.memory = None  # XLA's memory analysis of the compiled program
+
+    # --- built once ---------------------------------------------------------------------
+
+    def _scalars(self, graph) -> None:
+        """The captured scalar inputs, and where each random op's seed sits."""
+        kinds = self.program.scalar_kinds
+        flat = [s for n in graph.nodes for s in n.scalars]
+        self.vectors = {k: np.array([s for s, kk in zip(flat, kinds) if kk is k],
+                                    dtype=_VECTOR_DTYPES[k]) for k in (float, int, bool)}
+        self.seed_slots = []
+        position = 0
+        ints_before = 0
+        for node in graph.nodes:
+            node_kinds = kinds[position:position + len(node.scalars)]
+            if node.sig.op in RANDOM_OPS:  # the seed is the node's last int scalar
+                self.seed_slots.append(ints_before + node_kinds.count(int) - 1)
+            ints_before += node_kinds.count(int)
+            position += len(node.scalars)
+
+    def _outputs(self, captured: Captured, graph) -> None:
+        """Where each output value comes from: a program output or an input (unchanged)."""
+        flat_index = {}
+        for r, (root, outs) in enumerate(zip(graph.roots, graph.wanted)):
+            for i in outs:
+                flat_index[(root, i)] = len(flat_index)
+        leaf_index = {leaf: k for k, leaf in enumerate(graph.leaves)}
+        self.refs = []
+        self.sigs = []
+        for node, index in captured.values:
+            if (node, index) in flat_index:
+                self.refs.append(("out", flat_index[(node, index)], index))
+            elif (node, index) in leaf_index:
+                self.refs.append(("in", leaf_index[(node, index)], index))
+            else:
+                raise NotImplementedError(
+                    "torchspmd.compile: the step hands out data it did not compute or read "
+                    "(a tensor made from host data and kept); create it outside the step")
+            self.sigs.append(node.sig)
+
+    def _donated(self, captured: Captured) -> list[int]:
+        """Sources the step overwrites: their old buffers can go to the program."""
+        written = set()
+        for target in captured.targets:
+            if target[0] == "arg":
+                written.add(("arg", target[1]))
+            elif target[0] == "storage":
+                written.add(("storage", target[1]()))
+        for i, source in enumerate(self.sources):
+            if source[0] == "arg" and source in written:
+                yield_index = True
+            elif source[0] == "storage" and ("storage", source[1]()) in written:
+                yield_index = True
+            else:
+                yield_index = i in captured.substitutions.values()
+            if yield_index:
+                written.add(("index", i))
+        return [i for i in range(len(self.sources)) if ("index", i) in written]
+
+    # --- each call ----------------------------------------------------------------------
+
+    def ready(self) -> bool:
+        """Whether the state is as this plan expects: every slot it fills empty, every
+        slot it reads holding the tensor it read (else the step must be captured again)."""
+        optim.prepare(self.captured.optimizers)  # a float lr set by hand -> device scalar
+        for place in self.captured.empty_places:
+            if place.get() is not None:
+                return False
+        for index, place in self.captured.source_places.items():
+            t = place.get()
+            if not isinstance(t, SpmdTensor) or t._h.storage is not self.sources[index][1]():
+                return False
+        return True
+
+    def inputs(self, args: list[SpmdTensor], first: bool = False) -> list[tuple[Node, int]]:
+        """The current value of every source (the captured leaves on the first call)."""
+        if first:
+            return list(self.captured.graph.leaves)
+        values = []
+        for kind, ref in self.sources:
+            if kind == "arg":
+                values.append(args[ref]._h.storage.value)
+            elif kind == "storage":
+                storage = ref()
+                if storage is None:
+                    raise StalePlan("a tensor the step reads was dropped")
+                values.append(storage.value)
+            else:
+                values.append(ref)
+        pending = [v for v in values if v[0].arrays is None]
+        if pending:  # changed outside the step (a scheduler's fill_, a manual edit)
+            execute.materialize(pending)
+        return values
+
+    def __call__(self, args: list[SpmdTensor], first: bool = False):
+        values = self.inputs(args, first)
+        arrays = [v[0].arrays[v[1]] for v in values]
+        flying = execute.in_flight_ids()
+        exclusive = [not first and _exclusive(values[i], arrays[i], flying) for i in self.donated]
+        placed = self._placed(arrays)
+        donated = []
+        for i, alone in zip(self.donated, exclusive):
+            if alone:
+                COUNTERS["donated_bytes"] += placed[i].nbytes
+                donated.append(placed[i])
+            else:  # someone else holds this buffer: donate a copy
+                donated.append(jnp.copy(placed[i]))
+        kept = [placed[i] for i in self.kept]
+        del values, arrays
+        vectors = self._vectors()
+        if self.compiled is None:
+            self._compile(donated, kept, vectors)
+        outputs = self.compiled(donated, kept, *vectors)
+        COUNTERS["executions"] += 1
+        execute.note_in_flight(outputs[:1])
+        return outputs, placed
+
+    def _placed(self, arrays: list) -> list:
+        """``arrays`` on the program's devices, in id order; an array already laid out as
+        this input was last time is taken as it is (placing costs host time per input)."""
+        layouts = self._layouts
+        placed = []
+        for i, a in enumerate(arrays):
+            if layouts[i] is None or a.sharding != layouts[i]:
+                a = placement.place(a, self.ids)
+                layouts[i] = a.sharding
+            placed.append(a)
+        return placed
+
+    def _vectors(self) -> list[np.ndarray]:
+        ints = self.vectors[int]
+        if self.seed_slots:
+            ints = ints.copy()
+            for slot in self.seed_slots:
+                ints[slot] = rng.next_seed()
+        return [self.vectors[float], ints, self.vectors[bool]]
+
+    def _compile(self, donated, kept, vectors) -> None:
+        layout = tuple((a.shape, a.dtype, a.sharding) for a in (*donated, *kept))
+        key = (self.key, tuple(self.donated), layout)
+        cached = _EXECUTABLES.get(key)
+        if cached is not None:  # the same graph captured again (hyperparameters changed)
+            self.compiled, self.memory = cached
+            return
+        start = time.perf_counter()
+        # Compiled ahead of time for its memory analysis, then called directly: jit's own
+        # cache would not know of this compile and would compile the program again.
+        self.compiled = self.jitted.lower(donated, kept, *vectors).compile()
+        check_fits(self.compiled, self.captured.graph)
+        self.memory = self.compiled.memory_analysis()
+        _EXECUTABLES[key] = (self.compiled, self.memory)
+        COUNTERS["compile_time_s"] += time.perf_counter() - start
+
+    def write_back(self, outputs: list, placed: list, args: list[SpmdTensor]):
+        """Put each output where the step put it; the call's result."""
+        captured = self.captured
+        results = list(captured.result_leaves)
+        for i, (target, ref, sig) in enumerate(zip(captured.targets, self.refs, self.sigs)):
+            array = outputs[ref[1]] if ref[0] == "out" else placed[ref[1]]
+            node = Node(sig)
+            node.arrays = [None] * len(sig.outputs)
+            node.arrays[ref[2]] = array
+            value = (node, ref[2])
+            kind = target[0]
+            if kind == "storage":
+                storage = target[1]()
+                if storage is not None:
+                    storage.set(value)
+            elif kind == "arg":
+                args[target[1]]._h.storage.set(value)
+            elif kind == "place":
+                requires_grad, cls = target[2]
+                new = SpmdTensor(Handle.new(value, sig.outputs[ref[2]]),
+                                 requires_grad=requires_grad)
+                if cls is not SpmdTensor:  # nn.Parameter
+                    new = cls(new, requires_grad=requires_grad)
+                target[1].set(new)
+                source = captured.substitutions.get(i)
+                if source is not None:  # later calls read the slot's new tensor
+                    self.sources[source] = ("storage", weakref.ref(new._h.storage))
+            else:
+                results[target[1]] = SpmdTensor(Handle.new(value, sig.outputs[ref[2]]))
+        return tree_unflatten(results, captured.result_spec)
+
+
+def _exclusive(value, array, flying: set[int]) -> bool:
+    """Whether the leaf ``value`` and its ``array`` are held only by the one storage that
+    the step overwrites (so donating the buffer cannot break another tensor)."""
+    node = value[0]
+    # Expected references: to the tuple, the storage's ``value``, the caller's list, this
+    # argument and getrefcount's; to the node, that tuple, this local and getrefcount's;
+    # to the array, ``node.arrays``, the caller's list, this argument, getrefcount's, and
+    # the in-flight list if there.
+    return (sys.getrefcount(value) <= 4 and sys.getrefcount(node) <= 3
+            and sys.getrefcount(array) <= 4 + (id(array) in flying))

@@ -1,0 +1,60 @@
+"""The argument signature a compiled step is cached under.
+
+Two calls share a capture when their arguments have the same structure, the same
+tensor shapes, dtypes, ``requires_grad`` and layouts (shardings, device order), the same
+non-tensor values, and run under the same grad mode: what ``jax.jit`` keys its cache on,
+plus PyTorch's grad mode.
+
+Example::
+
+    key, tensors = signature((x, 3), {"train": True})
+    # tensors == [x]; key changes if x's shape, dtype or sharding changes, or 3 does
+"""
+
+from __future__ import annotations
+
+import torch
+from torch.utils._pytree import tree_flatten
+
+from torchspmd.device.tensor import SpmdTensor
+
+
+class UnhashableArgument(TypeError):
+    """A non-tensor argument of a compiled step cannot be part of its cache key."""
+
+
+def signature(args: tuple, kwargs: dict) -> tuple[tuple, list[SpmdTensor]]:
+    """The cache key of a call, and its spmd tensor arguments in flattening order."""
+    leaves, spec = tree_flatten((args, kwargs))
+    key: list = [spec, torch.is_grad_enabled()]
+    tensors: list[SpmdTensor] = []
+    for leaf in leaves:
+        if isinstance(leaf, SpmdTensor):
+            tensors.append(leaf)
+            key.append(_tensor_key(leaf))
+        elif isinstance(leaf, torch.Tensor):
+            raise TypeError(
+                f"torchspmd.compile: an argument is a tensor on {leaf.device}; compiled steps "
+                "take spmd tensors (move it with .to(torchspmd.device()) before the call)")
+        else:
+            try:
+                hash(leaf)
+            except TypeError:
+                raise UnhashableArgument(
+                    f"torchspmd.compile: argument {leaf!r} of type {type(leaf).__name__} is "
+                    "neither a tensor nor hashable, so it cannot key the step's cache; pass "
+                    "tensors, numbers, strings or tuples, or read it from a closure") from None
+            key.append((type(leaf), leaf))
+    return tuple(key), tensors
+
+
+def _tensor_key(t: SpmdTensor) -> tuple:
+    handle = t._h
+    node, index = handle.value() if not handle.view else (None, 0)
+    layout = None
+    if node is not None and node.arrays is not None:
+        sharding = node.arrays[index].sharding
+        layout = (sharding, tuple(d.id for d in sharding._device_assignment))
+    elif node is not None:
+        layout = ("pending", id(node.sharding) if node.host is not None else None)
+    return (tuple(t.shape), t.dtype, t.requires_grad, bool(handle.view), layout)
