@@ -43,6 +43,14 @@ def test_transpose_in_place():
     _same(x, cpu)
 
 
+def test_transpose_in_place_of_two_dims():
+    cpu, x = _pair((2, 3, 4))
+    cpu.transpose_(0, 2)
+    x.transpose_(0, 2)
+    assert x.shape == cpu.shape and x.stride() == cpu.stride()
+    _same(x, cpu)
+
+
 def test_mutating_a_view_changes_the_base():
     cpu, x = _pair()
     cpu.view(4, -1).mul_(2)

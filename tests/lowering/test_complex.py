@@ -71,6 +71,14 @@ def test_writing_through_view_as_real_changes_the_complex_tensor():
     assert_same(zs, z)
 
 
+def test_writing_through_view_as_complex_changes_the_real_tensor():
+    r = torch.randn(3, 2, generator=g)
+    rs = r.to("spmd")
+    torch.view_as_complex(rs).mul_(2j)
+    torch.view_as_complex(r).mul_(2j)
+    assert_same(rs, r)
+
+
 def test_writing_through_a_conj_view_conjugates_back():
     z = crandn(4, 3)
     zs = z.to("spmd")
@@ -101,3 +109,33 @@ def test_vector_norm_of_a_complex_tensor_uses_magnitudes(ord):
 def test_complex32_is_refused_with_what_to_use_instead():
     with pytest.raises(TypeError, match="complex32.*use torch.complex64"):
         crandn(3).to("spmd").to(torch.complex32)
+
+
+def test_logaddexp_keeps_the_larger_operands_imaginary_part_unwrapped():
+    a = torch.complex(torch.randn(8, generator=g) * 4, torch.randn(8, generator=g) * 4)
+    b = torch.complex(torch.randn(8, generator=g) * 4, torch.randn(8, generator=g) * 4)
+    inf, nan = float("inf"), float("nan")
+    a[:4] = torch.tensor([complex(inf, 1.0), complex(-inf, 2.0), complex(nan, 0.0), 1 + 1j])
+    b[:4] = torch.tensor([complex(inf, -1.0), complex(-inf, 0.5), 1 + 1j, complex(0.0, nan)])
+    actual = torch.logaddexp(a.to("spmd"), b.to("spmd")).cpu()
+    torch.testing.assert_close(actual, torch.logaddexp(a, b), equal_nan=True, **TOL)
+
+
+def test_logcumsumexp_of_complex_values_matches_cpu():
+    z = torch.complex(torch.randn(4, 6, generator=g) * 3, torch.randn(4, 6, generator=g) * 3)
+    assert_same(torch.logcumsumexp(z.to("spmd"), dim=1), torch.logcumsumexp(z, dim=1))
+
+
+def _complex_loss_and_grads(device: str):
+    r = torch.linspace(-1, 1, 15).reshape(5, 3).to(device).requires_grad_()
+    i = torch.linspace(2, -0.5, 15).reshape(5, 3).to(device).requires_grad_()
+    z = torch.complex(r, i)
+    loss = ((z * z.conj()).real.sum() + torch.view_as_real(z.exp()).sum() + z.angle().sum()
+            + z.abs().sum())
+    loss.backward()
+    return loss.detach().cpu(), r.grad.cpu(), i.grad.cpu()
+
+
+def test_gradients_through_complex_ops_reach_the_real_inputs():
+    torch.testing.assert_close(_complex_loss_and_grads("spmd"), _complex_loss_and_grads("cpu"),
+                               rtol=1e-5, atol=1e-5)

@@ -233,6 +233,14 @@ def test_scalar_overloads_int64(op, scalar):
     check_lowering(op, randint(3, 4, lo=-20, hi=21), scalar)
 
 
+def test_integer_power_with_negative_exponents_follows_pytorch():
+    # 1 ** -n = 1, (-1) ** -n = +-1, any other base ** -n = 0 (0 included), as on CPU.
+    base = torch.tensor([-8, -2, -1, 0, 1, 2, 9])[:, None]
+    exponent = torch.tensor([-3, -2, -1, 0, 1, 2, 3])
+    check_lowering(aten.pow.Tensor_Tensor, base, exponent)
+    check_lowering(aten.pow.Scalar, -1, exponent)
+
+
 def test_scalar_first_overloads():
     e = randn(3, 4)
     check_lowering(aten.pow.Scalar, 2.0, e)

@@ -78,3 +78,29 @@ def test_hfft_of_a_one_sided_spectrum_matches_cpu():
     z = randn(5, 4, dtype=torch.complex64)
     torch.testing.assert_close(torch.fft.hfft(z.to("spmd"), n=7).cpu(), torch.fft.hfft(z, n=7),
                                **TOL)
+
+
+def test_stft_with_a_window_and_its_inverse_match_cpu():
+    x = randn(2, 64)
+    window = torch.hann_window(16)
+    spec = torch.stft(x, 16, hop_length=4, window=window, return_complex=True)
+    actual = torch.stft(x.to("spmd"), 16, hop_length=4, window=window.to("spmd"),
+                        return_complex=True)
+    torch.testing.assert_close(actual.cpu(), spec, **TOL)
+    back = torch.istft(actual, 16, hop_length=4, window=window.to("spmd"), length=64)
+    torch.testing.assert_close(back.cpu(), torch.istft(spec, 16, hop_length=4, window=window,
+                                                       length=64), **TOL)
+
+
+def _fft_loss_and_grad(device: str):
+    x = torch.linspace(-2, 2, 64).reshape(4, 16).to(device).requires_grad_()
+    y = torch.fft.rfft(x, norm="ortho")
+    z = torch.fft.irfft(y * 2j, n=16)
+    w = torch.fft.fft2(x.to(torch.complex64))
+    loss = z.pow(2).sum() + y.abs().sum() + w.real.sum() + torch.fft.hfft(y[:, :5]).sum()
+    loss.backward()
+    return loss.detach().cpu(), x.grad.cpu()
+
+
+def test_gradients_through_ffts_match_cpu():
+    torch.testing.assert_close(_fft_loss_and_grad("spmd"), _fft_loss_and_grad("cpu"), **TOL)

@@ -94,6 +94,7 @@ def _same_types(functional: OpOverload, inplace: OpOverload) -> bool:
 # Mutating ops whose functional twin cannot be found by name.
 _FUNCTIONAL_BY_HAND = {
     "aten::copy_": "aten::copy",
+    "aten::transpose_": "aten::transpose.int",  # transpose has no .default overload
     "aten::normal_": "aten::normal_functional",
     "aten::bernoulli_.float": "aten::bernoulli.p",
     "aten::_native_batch_norm_legit": "aten::_native_batch_norm_legit_functional",

@@ -2,9 +2,10 @@
 
 from torchspmd.lowering import (activations, annotations, barrier, bessel,  # noqa: F401
                                 conv, distances, elementwise, embedding_bag, factorizations,
-                                factory, fft, foreach, indexing, ldl, linalg, nn,
+                                factory, fft, foreach, indexing, ldl, linalg, logaddexp, nn,
                                 normalization, order_statistics, orthogonal_polynomials, pool3d,
-                                random, reductions, shape, sized, solvers, upsample)
+                                random, reductions, shape, sized, solvers, special, upsample,
+                                zeta)
 from torchspmd.lowering.registry import LOWERINGS, RANDOM_OPS, lowers
 
 __all__ = ["LOWERINGS", "RANDOM_OPS", "lowers"]

@@ -79,7 +79,6 @@ _FLOAT_UNARY = {
     aten.special_i1e.default: jsp.i1e,
     aten.special_ndtri.default: jsp.ndtri,
     aten.special_log_ndtr.default: jsp.log_ndtr,
-    aten.special_erfcx.default: jsp.erfcx,
     aten.special_entr.default: _entr,
     aten.angle.default: lambda x: jnp.angle(x) if is_complex(x.dtype) else jnp.where(
         jnp.isnan(x), x, jnp.where(x < 0, np.pi, 0.0).astype(x.dtype)),
@@ -202,12 +201,6 @@ def mvlgamma(meta, x, p):
     return out.astype(meta.dtype)
 
 
-@lowers(aten.polygamma.default)
-def polygamma(meta, n, x):
-    x = x.astype(opmath(meta.dtype))
-    return (_digamma(x) if n == 0 else jsp.polygamma(n, x)).astype(meta.dtype)
-
-
 @lowers(aten.frexp.Tensor)
 def frexp(meta, x):
     mantissa, exponent = jnp.frexp(x.astype(meta[0].dtype))
@@ -243,6 +236,16 @@ def _remainder(a, b):
     return jnp.where((mod != 0) & ((b < 0) != (mod < 0)), mod + b, mod)
 
 
+def _power(a, b):
+    """``a ** b``; for integers PyTorch's rule for negative exponents: 1 ** b is 1,
+    (-1) ** b is +-1, anything else 0 (``jnp.power`` gives garbage there)."""
+    if not jnp.issubdtype(a.dtype, jnp.integer):
+        return jnp.power(a, b)
+    negative = b < 0
+    reciprocal = jnp.where(a == 1, 1, jnp.where(a == -1, jnp.where(b % 2 != 0, -1, 1), 0))
+    return jnp.where(negative, reciprocal.astype(a.dtype), jnp.power(a, jnp.where(negative, 0, b)))
+
+
 def _xlogy(log):
     def fn(x, y):
         return jnp.where(jnp.isnan(y), y, jnp.where(x == 0, jnp.zeros_like(x), x * log(y)))
@@ -254,7 +257,7 @@ _BINARY = {
     (aten.mul.Tensor, aten.mul.Scalar): jnp.multiply,
     (aten.div.Tensor, aten.div.Scalar): jnp.true_divide,
     (aten.floor_divide.default, aten.floor_divide.Scalar): _floor_divide,
-    (aten.pow.Tensor_Tensor, aten.pow.Scalar): jnp.power,
+    (aten.pow.Tensor_Tensor, aten.pow.Scalar): _power,
     (aten.atan2.default,): jnp.arctan2,
     (aten.hypot.default,): jnp.hypot,
     (aten.copysign.Tensor, aten.copysign.Scalar): jnp.copysign,
@@ -268,14 +271,10 @@ _BINARY = {
     (aten.special_xlog1py.default, aten.special_xlog1py.other_scalar,
      aten.special_xlog1py.self_scalar): _xlogy(jnp.log1p),
     (aten.heaviside.default,): lambda x, v: jnp.where(x == 0, v, (x > 0).astype(x.dtype)),
-    (aten.logaddexp.default,): jnp.logaddexp,
     (aten.logaddexp2.default,): jnp.logaddexp2,
     (aten.ldexp.Tensor,): lambda x, e: x * jnp.exp2(e),
     (aten.gcd.default,): jnp.gcd,
     (aten.lcm.default,): jnp.lcm,
-    (aten.igamma.default,): jsp.gammainc,
-    (aten.igammac.default,): jsp.gammaincc,
-    (aten.special_zeta.default, aten.special_zeta.other_scalar, aten.special_zeta.self_scalar): jsp.zeta,
     (aten.bitwise_and.Tensor, aten.bitwise_and.Scalar, aten.bitwise_and.Scalar_Tensor): jnp.bitwise_and,
     (aten.bitwise_or.Tensor, aten.bitwise_or.Scalar, aten.bitwise_or.Scalar_Tensor): jnp.bitwise_or,
     (aten.bitwise_xor.Tensor, aten.bitwise_xor.Scalar, aten.bitwise_xor.Scalar_Tensor): jnp.bitwise_xor,
@@ -303,7 +302,7 @@ def pow_tensor_scalar(meta, x, exponent):
     if isinstance(exponent, int) and not isinstance(exponent, bool) and abs(exponent) <= 4:
         # A static small integer power: repeated multiplication, as PyTorch's CPU kernel.
         return lax.integer_pow(x.astype(dtype), exponent).astype(meta.dtype)
-    return jnp.power(x.astype(dtype), cast(exponent, dtype)).astype(meta.dtype)
+    return _power(x.astype(dtype), cast(exponent, dtype)).astype(meta.dtype)
 
 
 @lowers(aten.nextafter.default)

@@ -243,11 +243,6 @@ def cumprod(meta, x, dim, *, dtype=None):
     return _scan(jnp.cumprod, meta, x, dim)
 
 
-@lowers(aten.logcumsumexp.default)
-def logcumsumexp(meta, x, dim):
-    return _scan(lambda v, axis: lax.cumlogsumexp(v, axis=axis), meta, x, dim)
-
-
 def _cum_extreme(ge):
     """cummax/cummin: PyTorch keeps the *last* index of an extreme value, and a NaN, once
     seen, stays until the next NaN."""
