@@ -333,7 +333,11 @@ def _native_batch_norm(input, weight, bias, running_mean, running_var, training,
     if not (training and running_mean is not None):
         node = _record(aten.native_batch_norm.default,
                        (input, weight, bias, running_mean, running_var, training, momentum, eps), {})
-        return _wrap(aten.native_batch_norm.default, node)
+        out, save_mean, save_invstd = _wrap(aten.native_batch_norm.default, node)
+        if not training:  # no batch statistics: empty, as PyTorch's kernels return them
+            empty = TensorMeta((0,), (1,), save_mean.dtype)
+            save_mean, save_invstd = SpmdTensor(_allocate_handle(empty)), SpmdTensor(_allocate_handle(empty))
+        return out, save_mean, save_invstd
     functional = aten._native_batch_norm_legit_functional.default
     node = _record(functional, (input, weight, bias, running_mean, running_var, training,
                                 momentum, eps), {})
@@ -392,6 +396,7 @@ _SPECIAL = {
     aten.allclose.default: _allclose,
     aten.lift_fresh.default: _lift_fresh,
     aten.native_batch_norm.default: _native_batch_norm,
+    aten._native_batch_norm_legit.default: _native_batch_norm,  # same arguments and outputs
     aten.resize_.default: _resize_,
 }
 
