@@ -10,6 +10,7 @@ from __future__ import annotations
 import torch
 
 from torchspmd.lazy.node import TENSOR, ScalarSlot, Signature, TensorMeta
+from torchspmd.lowering.registry import META_FUNCTIONS
 
 # (id(op), template, kw_template, input metas) -> Signature. One of the design's registries.
 _SIGNATURES: dict[tuple, Signature] = {}
@@ -40,11 +41,12 @@ def _infer(op, template, kw_template, metas, scalars) -> tuple:
     if _takes_device(op):  # factory ops: infer on the meta device, never allocate
         kwargs["device"] = "meta"
     try:
-        out = op(*args, **kwargs)
+        out = META_FUNCTIONS.get(op, op)(*args, **kwargs)
     except NotImplementedError as e:
         raise UnsupportedOp(
             f"torchspmd: {op.__name__} is not supported on the spmd device: its output "
-            f"shape depends on the data. Move the tensor to the CPU first (t.cpu()).") from e
+            "shape cannot be inferred (it depends on the data, or PyTorch has no meta "
+            "kernel for it). Move the tensor to the CPU first (t.cpu()).") from e
     if isinstance(out, torch.Tensor):
         return (_meta_of(out),)
     if isinstance(out, (tuple, list)):

@@ -4,7 +4,7 @@ from torchspmd.lowering import (activations, annotations, conv, elementwise,  # 
                                 factory, foreach, indexing, linalg, nn, normalization,
                                 random, reductions, shape)
 from torchspmd.lowering import (distances, embedding_bag, order_statistics, pool3d,  # noqa: F401
-                                histograms, segments, sized, upsample)
+                                histograms, margin_losses, segments, sized, upsample)
 from torchspmd.lowering.registry import LOWERINGS, RANDOM_OPS, lowers
 
 __all__ = ["LOWERINGS", "RANDOM_OPS", "lowers"]
