@@ -4,7 +4,7 @@ PY := $(VENV)/bin/python
 # Two workers fit this 2-core machine; JAX gets 8 CPU devices in each.
 PYTEST_ARGS ?= -n 2
 
-.PHONY: demo test setup bench clean
+.PHONY: demo test setup bench fuzz clean
 
 $(VENV)/.installed: pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)
@@ -25,6 +25,13 @@ test: setup
 bench: setup
 	$(PY) benchmarks/trace_overhead.py
 	$(PY) benchmarks/train_step.py
+
+# The differential fuzzer (issue 9 §6): thousands of random sharded programs vs CPU eager;
+# failures are written to fuzz-failures/ as standalone repro scripts.
+FUZZ_PROGRAMS ?= 2000
+FUZZ_SEED ?= 0
+fuzz: setup
+	$(PY) -m torchspmd.testing.fuzz --programs $(FUZZ_PROGRAMS) --seed $(FUZZ_SEED) --out fuzz-failures
 
 clean:
 	rm -rf $(VENV) build *.egg-info

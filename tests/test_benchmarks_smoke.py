@@ -34,3 +34,23 @@ def test_train_step_benchmark_sharded_matches_jax():
     assert "collectives per step: torchspmd " in out, out
     assert "loss check: PASS" in out, out
     assert "compiles after warm-up: torchspmd 0 " in out, out
+
+
+def test_generate_benchmark_matches_cpu_tokens():
+    env = dict(os.environ, TORCHSPMD_CPU_DEVICES="1")
+    proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "generate.py"), "--tokens", "2",
+                           "--layers", "1", "--dim", "16", "--prompt", "3"],
+                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    out = proc.stdout
+    assert proc.returncode == 0, out + proc.stderr
+    assert "tokens equal CPU: PASS" in out, out
+    assert "ops run again: 0\n" in out, out
+
+
+def test_checkpoint_memory_benchmark_shows_less_temporary_memory():
+    env = dict(os.environ, TORCHSPMD_CPU_DEVICES="1")
+    proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "checkpoint_memory.py"),
+                           "--blocks", "3", "--dim", "16", "--batch", "64"],
+                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "check: PASS" in proc.stdout, proc.stdout

@@ -19,6 +19,8 @@ from torchspmd.runtime.metrics import reset as reset_metrics
 from torchspmd.runtime.rng import manual_seed
 from torchspmd.sharding import *  # noqa: F403  (the torch_xla.distributed.spmd names)
 from torchspmd.sharding import __all__ as _sharding_names
+from torchspmd.parallel.linear import (XLAPatchedLinear, apply_xla_patch_to_nn_linear,
+                                       xla_patched_nn_linear_forward)
 
 register()
 
@@ -26,4 +28,5 @@ import torchspmd.debug  # noqa: E402,F401  (torchspmd.debug.metrics_report() etc
 import torchspmd.distributed  # noqa: E402,F401  (torchspmd.distributed.initialize() etc.)
 
 __all__ = ["device", "device_count", "sync", "wait_device_ops", "metrics", "reset_metrics",
-           "manual_seed", "set_compile_cache_size", *_sharding_names]
+           "manual_seed", "set_compile_cache_size", "XLAPatchedLinear",
+           "xla_patched_nn_linear_forward", "apply_xla_patch_to_nn_linear", *_sharding_names]

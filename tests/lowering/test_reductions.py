@@ -187,3 +187,18 @@ def test_traced_correction_under_jit():
     fn = jax.jit(lambda x, c: EAGER[aten.var.correction](meta, x, [1], correction=c))
     np.testing.assert_allclose(np.asarray(fn(to_jax(X), jnp.asarray(0))),
                                torch.var(X, 1, correction=0).numpy(), rtol=1e-5)
+
+
+@pytest.mark.parametrize("ord", [2, 1, 0, inf, 3.5])
+def test_vector_norm_of_complex_input_uses_the_modulus(ord):
+    z = torch.complex(randn(3, 4), randn(3, 4))
+    check_lowering(aten.linalg_vector_norm.default, z, ord, [1], rtol=1e-4)
+
+
+def test_norm_with_traced_ord_over_an_empty_dim():
+    """A traced ord computes every formula: max/min must not fail on an empty reduction."""
+    x = torch.zeros(0, 5)
+    meta = jax.ShapeDtypeStruct((1, 5), jnp.float32)
+    fn = jax.jit(lambda x, p: EAGER[aten.linalg_vector_norm.default](meta, x, p, [0], True))
+    out = fn(to_jax(x), jnp.asarray(2.0))
+    np.testing.assert_array_equal(np.asarray(out), torch.linalg.vector_norm(x, 2.0, 0, True).numpy())

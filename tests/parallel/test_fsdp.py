@@ -221,6 +221,18 @@ def test_auto_wrap_policy_wraps_the_chosen_children():
     assert not isinstance(model.module, FSDPv2)
 
 
+def test_auto_wrap_keeps_a_weight_tied_across_a_wrapped_child():
+    model = nn.Sequential(nn.Embedding(8, 16), nn.Linear(16, 8, bias=False))
+    model[1].weight = model[0].weight
+
+    def policy(module, recurse, unwrapped_params):
+        return recurse or isinstance(module, nn.Embedding)
+
+    wrapped = FSDPv2(model, mesh=fsdp_mesh(), auto_wrap_policy=policy)
+    assert isinstance(wrapped[0], FSDPv2)
+    assert wrapped[1].weight is wrapped[0].module.weight
+
+
 def test_auto_wrap_accepts_pytorch_policy_signature():
     from functools import partial
 

@@ -51,7 +51,7 @@ def test_marking_computed_synced_data_onto_a_permuted_mesh_moves_it_there():
     xst = mark_sharding(x, SWAPPED, ("x",))
     assert get_sharding(x) == "{devices=[8]1,0,2,3,4,5,6,7}"
     shards = {s.shard_device: s for s in xst.local_shards}
-    assert shards["CPU:1"].indices == [slice(0, 2)] and shards["CPU:1"].data.tolist() == [0, 2]
+    assert shards["CPU:1"].indices == [slice(0, 2, 1)] and shards["CPU:1"].data.tolist() == [0, 2]
     assert shards["CPU:0"].data.tolist() == [4, 6]
     torch.testing.assert_close(x.sum().cpu(), torch.tensor(240.))
 
@@ -63,7 +63,7 @@ def test_resharding_between_two_orders_keeps_values_and_blocks():
     clear_sharding(x)
     xst = mark_sharding(x, SWAPPED, (None, "x"))
     shard = next(s for s in xst.local_shards if s.shard_device == "CPU:1")
-    assert shard.indices == [slice(0, 8), slice(0, 1)]
+    assert shard.indices == [slice(0, 8, 1), slice(0, 1, 1)]
     torch.testing.assert_close(x.cpu(), torch.arange(64.).reshape(8, 8))
 
 
@@ -108,3 +108,42 @@ def test_training_on_a_permuted_mesh_matches_cpu():
             m(x).square().mean().backward()
             opt.step()
     torch.testing.assert_close(model.weight.cpu(), cpu.weight, rtol=1e-5, atol=1e-6)
+
+
+UNORDERED = Mesh([1, 4, 6, 0, 7, 2, 3, 5], (2, 4), ("a", "b"))
+UNORDERED_PARTIAL = "{devices=[4,2]1,7,2,4,3,6,0,5 last_tile_dim_replicate}"
+
+
+def test_partial_replication_lists_each_replica_group_in_ascending_id():
+    # PyTorch/XLA's string for this mesh and spec (issue 11 §4): groups {1,7}, {4,2}->{2,4}...
+    x = torch.arange(16.).to(DEV)
+    assert mark_sharding(x, UNORDERED, ("b",)).sharding_spec == UNORDERED_PARTIAL
+
+
+def test_partial_replication_of_a_computed_value_reports_the_same_string():
+    x = torch.arange(16., device=DEV) * 1
+    mark_sharding(x, UNORDERED, ("b",))
+    torchspmd.sync()
+    assert get_sharding(x) == UNORDERED_PARTIAL
+
+
+def test_replica_id_is_the_position_in_the_ascending_group():
+    xst = mark_sharding(torch.arange(16.).to(DEV), UNORDERED, ("b",))
+    replica = {s.shard_device: s.replica_id for s in xst.local_shards}
+    assert replica == {"CPU:1": 0, "CPU:7": 1, "CPU:2": 0, "CPU:4": 1,
+                       "CPU:3": 0, "CPU:6": 1, "CPU:0": 0, "CPU:5": 1}
+
+
+def test_each_device_holds_the_tile_the_partial_string_gives_it():
+    cpu = torch.arange(16.)
+    x = cpu.to(DEV)
+    xst = mark_sharding(x, UNORDERED, ("b",))
+    (x + 0).cpu()  # uploads x
+    node, i = x._h.value()
+    array = node.arrays[i]
+    for shard in xst.local_shards:
+        assert torch.equal(shard.data, cpu[tuple(shard.indices)])
+    # The devices' own buffers (what XLA computes with) hold those tiles.
+    held = {s.device.id: s.data.tolist() for s in array.addressable_shards}
+    for shard in xst.local_shards:
+        assert held[int(shard.shard_device[4:])] == shard.data.tolist()

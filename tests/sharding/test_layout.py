@@ -23,12 +23,12 @@ def test_uneven_1d_shards_all_have_the_padded_length():
 
 
 def test_uneven_1d_last_full_device_holds_the_remainder():
-    assert by_device(shard_layout(TILED_9, (9,)))[4].indices == [slice(8, 9)]
+    assert by_device(shard_layout(TILED_9, (9,)))[4].indices == [slice(8, 9, 1)]
 
 
 @pytest.mark.parametrize("device", [5, 6, 7])
 def test_uneven_1d_trailing_devices_hold_empty_slices(device):
-    assert by_device(shard_layout(TILED_9, (9,)))[device].indices == [slice(9, 9)]
+    assert by_device(shard_layout(TILED_9, (9,)))[device].indices == [slice(9, 9, 1)]
 
 
 def test_uneven_2d_shards_are_all_2x2():
@@ -38,7 +38,7 @@ def test_uneven_2d_shards_are_all_2x2():
 
 def test_uneven_2d_device_3_holds_an_empty_column_range():
     text = spec_to_hlo_text(Mesh(np.arange(8), (2, 4)), (0, 1), 2)
-    assert by_device(shard_layout(text, (3, 5)))[3].indices == [slice(0, 2), slice(5, 5)]
+    assert by_device(shard_layout(text, (3, 5)))[3].indices == [slice(0, 2, 1), slice(5, 5, 1)]
 
 
 def test_unpadded_shape_is_the_real_data_shape():
@@ -57,8 +57,8 @@ def test_partially_replicated_replica_id_is_device_over_two():
 
 def test_partially_replicated_shards_split_the_columns():
     layout = by_device(shard_layout(PARTIAL_4x2, (16, 16)))
-    assert layout[2].indices == [slice(0, 16), slice(0, 8)]
-    assert layout[3].indices == [slice(0, 16), slice(8, 16)]
+    assert layout[2].indices == [slice(0, 16, 1), slice(0, 8, 1)]
+    assert layout[3].indices == [slice(0, 16, 1), slice(8, 16, 1)]
 
 
 def test_default_order_is_increasing_device_id():
@@ -125,14 +125,14 @@ def test_indices_agree_with_jax_on_even_shapes(shape, spec):
     mesh = Mesh(np.arange(8)[::-1], shape, names)
     spec = tuple(names[e] if type(e) is int else e for e in spec)
     jax_map = named_sharding(mesh, spec).devices_indices_map((16, 8))
-    # JAX writes an unsplit dim as slice(None); spell it out to compare.
-    expected = {d.id: [slice(*s.indices(n)[:2]) for s, n in zip(idx, (16, 8))] for d, idx in jax_map.items()}
+    # JAX writes an unsplit dim as slice(None) and no steps; spell both out to compare.
+    expected = {d.id: [slice(*s.indices(n)) for s, n in zip(idx, (16, 8))] for d, idx in jax_map.items()}
     for shard in shard_layout(spec_to_hlo_text(mesh, spec, 2), (16, 8)):
         assert shard.indices == expected[shard.device_id]
 
 
 def test_shard_indices_clamp_to_the_shape():
-    assert shard_indices((1, 3), (2, 4), (3, 5)) == [slice(2, 3), slice(5, 5)]
+    assert shard_indices((1, 3), (2, 4), (3, 5)) == [slice(2, 3, 1), slice(5, 5, 1)]
 
 
 def test_pad_shard_zero_pads_on_the_right():

@@ -53,3 +53,32 @@ def test_reading_a_local_block_without_disable_is_an_error():
 def test_marking_data_as_manual_is_refused():
     with pytest.raises(RuntimeError, match="Marking any data tensors as manual is not supported"):
         xs._mark_manual_sharding(torch.ones(4).to("spmd"))
+
+
+def test_mark_manual_on_a_local_block_keeps_it_and_reports_manual():
+    cpu = torch.randn(8, 16)
+    local = xs.enable_manual_sharding(cpu.to("spmd"), (None, "y"), mesh=_mesh())
+    marked = xs._mark_manual_sharding(local * 2)
+    assert marked.sharding_spec == "{manual}" and marked.shape == (8, 2)
+    y = xs.disable_manual_sharding(marked, (None, "y"), (8, 16), mesh=_mesh())
+    torch.testing.assert_close(y.cpu(), cpu * 2)
+
+
+def test_mark_manual_on_a_global_value_makes_each_device_hold_a_copy():
+    # XLA reads {manual} on a replicated value as: every device's block is the whole value.
+    cpu = torch.arange(4.0)
+    local = xs._mark_manual_sharding(cpu.to("spmd") * 3, mesh=_mesh())
+    assert local.sharding_spec == "{manual}" and local.shape == (4,)
+    y = xs.disable_manual_sharding(local + 1, ("y",), (32,), mesh=_mesh())
+    torch.testing.assert_close(y.cpu(), (cpu * 3 + 1).repeat(8))
+
+
+def test_values_after_disable_are_no_longer_manual():
+    local = xs.enable_manual_sharding(torch.ones(8, 8).to("spmd"), (0, 1), mesh=_mesh())
+    y = xs.disable_manual_sharding(local, (0, 1), (8, 8), mesh=_mesh()) + 1
+    assert xs.get_sharding(y) != "{manual}"
+
+
+def test_mark_manual_without_any_mesh_is_an_error():
+    with pytest.raises(ValueError, match="No mesh is provided"):
+        xs._mark_manual_sharding(torch.ones(4).to("spmd") * 2)

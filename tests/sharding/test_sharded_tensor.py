@@ -21,7 +21,7 @@ def test_local_shards_of_tiled_tensor():
     cpu = torch.arange(64.0).reshape(8, 8)
     shards = sharded(cpu, (2, 4), (0, 1)).local_shards
     assert [s.shard_device for s in shards] == [f"CPU:{i}" for i in range(N)]
-    assert shards[5].indices == [slice(4, 8), slice(2, 4)]
+    assert shards[5].indices == [slice(4, 8, 1), slice(2, 4, 1)]
     assert all(s.replica_id == 0 for s in shards)
     torch.testing.assert_close(shards[5].data, cpu[4:8, 2:4])
 
@@ -30,7 +30,7 @@ def test_local_shards_of_partial_tensor_have_replica_ids():
     cpu = torch.randn(16, 16)
     shards = sharded(cpu, (4, 2), (None, 1)).local_shards
     assert [s.replica_id for s in shards] == [i // 2 for i in range(N)]  # spec §2
-    assert shards[1].indices == [slice(0, 16), slice(8, 16)]
+    assert shards[1].indices == [slice(0, 16, 1), slice(8, 16, 1)]
     torch.testing.assert_close(shards[1].data, cpu[:, 8:])
 
 
@@ -57,10 +57,10 @@ def test_local_shards_run_pending_work():
 def test_uneven_shards_are_padded_with_clamped_indices():
     shards = sharded(torch.arange(9.0), (N,), (0,)).local_shards  # spec §4.6
     assert all(s.data.shape == (2,) for s in shards)
-    assert shards[4].indices == [slice(8, 9)]
+    assert shards[4].indices == [slice(8, 9, 1)]
     torch.testing.assert_close(shards[4].data, torch.tensor([8.0, 0.0]))
     torch.testing.assert_close(shards[4].unpadded_data, torch.tensor([8.0]))
-    assert shards[6].indices == [slice(9, 9)] and shards[6].unpadded_data.numel() == 0
+    assert shards[6].indices == [slice(9, 9, 1)] and shards[6].unpadded_data.numel() == 0
 
 
 def test_uneven_annotation_of_computed_value_survives_sync():
@@ -74,11 +74,11 @@ def test_uneven_annotation_of_computed_value_survives_sync():
 def test_uneven_2d_shards():
     shards = sharded(torch.randn(3, 5), (2, 4), (0, 1)).local_shards
     assert all(s.data.shape == (2, 2) for s in shards)
-    assert shards[3].indices == [slice(0, 2), slice(5, 5)]
+    assert shards[3].indices == [slice(0, 2, 1), slice(5, 5, 1)]
 
 
 def test_unpadded_data_setter_writes_the_real_part():
-    shard = XLAShard(torch.zeros(2), [slice(8, 9)], "CPU:4", 0)
+    shard = XLAShard(torch.zeros(2), [slice(8, 9, 1)], "CPU:4", 0)
     shard.unpadded_data = torch.tensor([5.0])
     torch.testing.assert_close(shard.data, torch.tensor([5.0, 0.0]))
 

@@ -284,7 +284,8 @@ def test_resharded_tensor_works_with_the_new_meshs_tensors():
     w = w_cpu.to("spmd")
     mark_sharding(w, B, (None, "y"))
     mark_sharding(clear_sharding(x), B, ("x", None))
-    assert get_sharding(x) == "{devices=[2,1,2]7,6,5,4 last_tile_dim_replicate}"
+    # Tiles {7,6} and {5,4}, each replica group listed in ascending id as PyTorch/XLA does.
+    assert get_sharding(x) == "{devices=[2,1,2]6,7,4,5 last_tile_dim_replicate}"
     torch.testing.assert_close((x @ w).cpu(), x_cpu @ w_cpu)
 
 

@@ -1,10 +1,13 @@
-"""Debugging aids: sharding pictures, the compiled HLO and its collectives, metrics.
+"""Debugging aids: sharding pictures, the HLO before and after compiling, metrics.
 
 Example::
 
     import torchspmd.debug as d
+    d.pending_hlo([y])              # what XLA will be given for y (nothing runs)
+    d.propagated_shardings([y])     # the sharding XLA's propagation gives y
+    print(d.tensor_debug_info(y))   # pending or data, its node, its sharding
     d.visualize_tensor_sharding(x)
-    d.collectives()
+    d.collectives()                 # collectives in the latest executed program
     d.metrics_report()
 """
 
@@ -13,14 +16,21 @@ from __future__ import annotations
 import rich.console
 import rich.table
 
+from torchspmd.debug.describe import tensor_debug_info
 from torchspmd.debug.hlo import collectives, last_hlo
+from torchspmd.debug.pending import pending_hlo, propagated_shardings
 from torchspmd.device import bounds
 from torchspmd.debug.visualize import visualize_sharding
 from torchspmd.runtime.metrics import metrics
 from torchspmd.sharding.api import get_sharding
 
 __all__ = ["visualize_sharding", "visualize_tensor_sharding", "last_hlo", "collectives",
-           "metrics_report", "check_indices"]
+           "metrics_report", "check_indices", "pending_hlo", "propagated_shardings",
+           "tensor_debug_info", "_get_xla_tensors_hlo", "_get_xla_tensor_debug_info"]
+
+# PyTorch/XLA's names (``torch_xla._XLAC``), so debugging code ports unchanged.
+_get_xla_tensors_hlo = pending_hlo
+_get_xla_tensor_debug_info = tensor_debug_info
 
 
 def check_indices(on: bool = True) -> None:

@@ -19,6 +19,7 @@ from torchspmd.device.guard import DeviceGuard
 from torchspmd.device.guard import install as install_backward_errors
 from torchspmd.lowering import LOWERINGS
 from torchspmd.device.tensor import SpmdTensor, check_device_index
+from torchspmd.device import autocast, checkpoint_fence, tied_parameters
 from torchspmd.jax_setup import devices
 from torchspmd.lazy.node import TensorMeta
 from torchspmd.runtime import rng
@@ -111,6 +112,9 @@ def _device_module() -> types.ModuleType:
     module.is_initialized = lambda: True
     module.current_stream = lambda device=None: _STREAM
     module.stream = lambda stream=None: contextlib.nullcontext()
+    # torch.autocast("spmd") and torch.utils.checkpoint (which saves the autocast state of
+    # every device type it meets, CPU tensors included) ask the backend for these.
+    module.get_amp_supported_dtype = lambda: [torch.bfloat16, torch.float16, torch.float32]
     return module
 
 
@@ -128,6 +132,9 @@ def register() -> None:
     torch._C._acc.register_python_privateuseone_hook(backend_registration._DummyPrivateUse1Hook())
     torch._C._acc.register_python_privateuseone_device_guard(DeviceGuard())
     install_backward_errors()
+    tied_parameters.install()
+    checkpoint_fence.install()
+    autocast.install()
     _LIBRARY = torch.library.Library("aten", "IMPL")
     _LIBRARY.impl("empty.memory_format", _empty, "PrivateUse1")
     _LIBRARY.impl("empty_strided", _empty_strided, "PrivateUse1")

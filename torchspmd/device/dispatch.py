@@ -16,6 +16,7 @@ import torch
 from torch._decomp import core_aten_decompositions, decomposition_table
 
 from torchspmd.device import bounds, resize
+from torchspmd.device.linalg_composites import LINALG_COMPOSITES
 from torchspmd.device.data_dependent import DATA_DEPENDENT
 from torchspmd.device.tensor import SpmdTensor, check_device_index
 from torchspmd.lazy.annotation import annotation, sharded_value, unannotated
@@ -30,7 +31,7 @@ from torchspmd.lazy.views import view_step
 from torchspmd.lowering import LOWERINGS, RANDOM_OPS
 from torchspmd.lowering.annotations import SHARDING_CONSTRAINT
 from torchspmd.runtime import rng, transfer
-from torchspmd.runtime.execute import materialize
+from torchspmd.runtime.read import read
 from torchspmd.runtime.metrics import COUNTERS
 
 aten = torch.ops.aten
@@ -211,7 +212,7 @@ def _mutate(func, schema, args, kwargs):
     for target, value in zip(targets, values[len(extra):]):
         if schema.mutated_kw and meta_of(value).shape != tuple(target.shape):
             resize.fresh_storage(target, meta_of(value))  # out= tensors take the result's shape
-        _assign(target, _keep_annotation(target, value))
+        _assign(target, value)
     if extra:
         return _shape_result(func, [SpmdTensor(Handle.new(v, meta_of(v))) for v in extra])
     return _shape_result(func, targets) if _return_form(func) != "none" else None
@@ -248,7 +249,8 @@ def _keep_annotation(target, value):
 
 
 def _assign(target, value) -> None:
-    """Write ``value`` into ``target`` (cast to its dtype as PyTorch's in-place ops do)."""
+    """Write ``value`` into ``target`` (cast to its dtype and broadcast to its shape as
+    PyTorch's in-place ops do); ``target`` keeps its sharding annotation."""
     if not isinstance(target, SpmdTensor):
         target.copy_(to_cpu_value(value))
         return
@@ -258,9 +260,12 @@ def _assign(target, value) -> None:
         value = (record(aten._to_copy.default, (TENSOR,), (("dtype", handle.meta.dtype),),
                         (value,), (meta,)), 0)
     if meta.shape != handle.meta.shape:
-        value = (record(aten.expand.default, (TENSOR, handle.meta.shape), (), (value,),
+        # expand_copy, not expand: the value must be dense, as a view of it may be
+        # written back through a reshape (`x.reshape(2, 3).copy_(row)`).
+        value = (record(aten.expand_copy.default, (TENSOR, handle.meta.shape), (), (value,),
                         (meta_of(value),)), 0)
-    handle.assign(value)
+    # Annotated after the broadcast: the target's spec has the target's rank.
+    handle.assign(_keep_annotation(target, value))
 
 
 def _inplace_view(func, args, kwargs):
@@ -281,7 +286,7 @@ def to_cpu_value(value: tuple[Node, int]) -> torch.Tensor:
     node, index = value
     if node.host is not None:
         return transfer.to_torch(node.host)
-    (array,) = materialize([value])
+    (array,) = read([value])  # runs all pending work: a loop's next iteration starts from data
     return transfer.to_torch(transfer.download(array))
 
 
@@ -309,7 +314,7 @@ def _copy_(dst, src, non_blocking=False):
     else:
         src = src.to(dtype=dst.dtype).expand(dst.shape).contiguous()
         value = _host_value(src)
-    _assign(dst, _keep_annotation(dst, value))
+    _assign(dst, value)
     return dst
 
 
@@ -356,6 +361,36 @@ def _lift_fresh(t):
     return t
 
 
+def _clone(t, *, memory_format=None):
+    """A copy that shows ``t``'s sharding at once, as PyTorch/XLA's ``clone`` copies the spec.
+
+    The copy is constrained to ``t``'s annotation, or to the layout XLA gave ``t`` when it
+    was computed, so ``get_sharding(t.clone())`` (and ``copy.deepcopy``) equals
+    ``get_sharding(t)`` before anything runs.
+    """
+    kwargs = {} if memory_format is None else {"memory_format": memory_format}
+    node = _record(aten.clone.default, (t,), kwargs)
+    value = (node, 0)
+    sharding = _layout(sharded_value(t._h))
+    if sharding is not None and len(sharding.device_set) > 1:
+        value = record_unary(SHARDING_CONSTRAINT, value, sharding)
+    return SpmdTensor(Handle.new(value, node.sig.outputs[0]))
+
+
+def _layout(value: tuple[Node, int]):
+    """``value``'s annotation, else the sharded layout XLA computed it in, else None.
+
+    A computed value XLA left replicated gives none: constraining its copy would only
+    keep XLA from choosing a better layout for the copy.
+    """
+    sharding = annotation(value)
+    node, index = value
+    if sharding is None and node.arrays is not None and node.sig is not None \
+            and node.sig.op is not None and not node.arrays[index].sharding.is_fully_replicated:
+        sharding = node.arrays[index].sharding
+    return sharding
+
+
 _SPECIAL = {
     aten._to_copy.default: _to_copy,
     aten.copy_.default: _copy_,
@@ -364,11 +399,23 @@ _SPECIAL = {
     aten.equal.default: _equal,
     aten.allclose.default: _allclose,
     aten.lift_fresh.default: _lift_fresh,
+    aten.clone.default: _clone,
     aten.native_batch_norm.default: _native_batch_norm,
     aten._native_batch_norm_legit.default: _native_batch_norm,  # same arguments and outputs
     aten.resize_.default: resize.resize_,
     aten.resize_as_.default: resize.resize_as_,
+    **LINALG_COMPOSITES,
 }
+
+
+def register_handler(op, handler) -> None:
+    """Make ``handler(*args, **kwargs)`` run ``op`` on spmd tensors (for custom ops).
+
+    Lets a package above this one (``sharding/``) implement its own ops without this
+    module importing it. Example: ``register_handler(torch.ops.ns.op.default, fn)``.
+    """
+    _SPECIAL[op] = handler
+    _PLANS.pop(op, None)
 
 
 # --- decompositions --------------------------------------------------------------------

@@ -22,7 +22,7 @@ import torch
 
 from torchspmd.device.tensor import SpmdTensor
 from torchspmd.runtime import transfer
-from torchspmd.runtime.execute import materialize
+from torchspmd.runtime.read import read
 
 # Why host reads are refused now (innermost last); empty: they are allowed.
 _FORBIDDEN: list[str] = []
@@ -45,25 +45,34 @@ def forbid_host_reads(where: str) -> Iterator[None]:
         _FORBIDDEN.pop()
 
 
-def check_host_read(op_name: str) -> None:
-    """Raise :class:`HostReadError` if ``op_name`` may not read a value to the host now."""
-    if _FORBIDDEN:
-        raise HostReadError(
-            f"torchspmd: {op_name} reads a value from the device to decide its output shape "
-            f"(a host sync), which cannot happen inside {_FORBIDDEN[-1]}. Move {op_name} out "
-            "of the compiled step, or use a static-shape form (e.g. torch.nonzero_static, "
-            "torch.where(mask, x, 0) instead of x[mask]).")
+_SHAPE = "to decide its output shape"
 
 
-def host_read(t: SpmdTensor, op_name: str) -> torch.Tensor:
-    """The CPU value of spmd tensor ``t``, read so that ``op_name`` can size its output.
+def check_host_read(op_name: str, purpose: str = _SHAPE) -> None:
+    """Raise :class:`HostReadError` if ``op_name`` may not read a value to the host now.
 
-    Runs the pending graph ``t`` needs (one host sync). Example:
-    ``count = int(host_read(x.count_nonzero(), "nonzero"))``.
+    ``purpose`` says why it reads (for the error), e.g. "to check for a singular input".
     """
-    check_host_read(op_name)
+    if _FORBIDDEN:
+        advice = ("use a static-shape form (e.g. torch.nonzero_static, torch.where(mask, x, "
+                  "0) instead of x[mask])" if purpose == _SHAPE else "use a form that does "
+                  "not read it (e.g. torch.linalg.inv_ex instead of torch.linalg.inv)")
+        raise HostReadError(
+            f"torchspmd: {op_name} reads a value from the device {purpose} (a host sync), "
+            f"which cannot happen inside {_FORBIDDEN[-1]}. Move {op_name} out of the "
+            f"compiled step, or {advice}.")
+
+
+def host_read(t: SpmdTensor, op_name: str, purpose: str = _SHAPE) -> torch.Tensor:
+    """The CPU value of spmd tensor ``t``, read so that ``op_name`` can go on.
+
+    Runs all pending work with ``t`` (one host sync, as any read), so a loop calling such an
+    op every iteration starts each iteration from data. ``purpose`` says why (default: to
+    size the output). Example: ``count = int(host_read(x.count_nonzero(), "nonzero"))``.
+    """
+    check_host_read(op_name, purpose)
     node, index = value = t._h.value()
     if node.host is not None:
         return transfer.to_torch(node.host).reshape(t.shape)
-    (array,) = materialize([value])
+    (array,) = read([value])
     return transfer.to_torch(transfer.download(array)).reshape(t.shape)

@@ -6,6 +6,8 @@ and ``Module.to`` work above it as on any device.
 
 from __future__ import annotations
 
+import copy
+
 import torch
 
 from torchspmd.lazy.handle import Handle
@@ -92,9 +94,24 @@ class SpmdTensor(torch.Tensor):
 
         return to_cpu(self).detach().requires_grad_(self.requires_grad).__reduce_ex__(protocol)
 
+    def __coerce_same_metadata_as_tangent__(self, expected_metadata, expected_type=None):
+        """AOTAutograd's check of a gradient's type: spmd tensors are this device's plain
+        tensors (not traceable subclasses), so one stands for an expected ``torch.Tensor``."""
+        if expected_metadata is None and expected_type in (None, torch.Tensor):
+            return self
+        return None
+
     def __deepcopy__(self, memo):
         if id(self) in memo:
             return memo[id(self)]
-        copy = self.detach().clone().requires_grad_(self.requires_grad)
-        memo[id(self)] = copy
-        return copy
+        result = self.detach().clone().requires_grad_(self.requires_grad)
+        memo[id(self)] = result
+        if self.grad is not None and not getattr(self, "_is_param", False):
+            # torch.Tensor's deepcopy keeps the gradient; nn.Parameter's drops it.
+            result.grad = copy.deepcopy(self.grad, memo)
+        # Other Python state travels too, as with torch.Tensor's deepcopy: a Parameter's
+        # flag (``nn.Parameter`` of a subclass is the subclass with ``_is_param``) first.
+        for name, value in self.__dict__.items():
+            if name != "_h":
+                setattr(result, name, copy.deepcopy(value, memo))
+        return result

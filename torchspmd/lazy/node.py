@@ -83,7 +83,8 @@ class ScalarSlot:
 class Node:
     """One recorded op (``sig``, ``inputs``, ``scalars``) or a leaf (``arrays``/``host``)."""
 
-    __slots__ = ("seq", "sig", "inputs", "scalars", "arrays", "host", "sharding", "__weakref__")
+    __slots__ = ("seq", "sig", "inputs", "scalars", "arrays", "host", "sharding", "ran",
+                 "__weakref__")
 
     # Creation order: graphs list their roots in it, so the same program gets the same key.
     _counter = itertools.count()
@@ -96,6 +97,7 @@ class Node:
         self.arrays = None  # list of jax.Array, one per output, once computed
         self.host = None  # numpy array not yet uploaded (leaves made from CPU data)
         self.sharding = None  # a leaf's annotated sharding (uploads use it; None: replicated)
+        self.ran = False  # computed by a program already (metrics count work run twice)
 
     @classmethod
     def from_arrays(cls, arrays: list) -> "Node":

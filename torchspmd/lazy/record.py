@@ -2,8 +2,14 @@
 
 from __future__ import annotations
 
+import weakref
+
 from torchspmd.lazy.node import TENSOR, Node, Signature, StaticFloat, TensorMeta
 from torchspmd.lazy.shapes import signature
+
+# The node recorded last (weakly: it must not keep a graph alive). Checkpoint
+# recomputation orders itself after it (``device/checkpoint_fence.py``).
+_LATEST: list = [lambda: None]
 
 
 def record(op, template: tuple, kw_template: tuple, inputs: tuple, metas: tuple,
@@ -12,7 +18,14 @@ def record(op, template: tuple, kw_template: tuple, inputs: tuple, metas: tuple,
 
     Example: ``record(aten.neg.default, (TENSOR,), (), (x,), (x_meta,))``.
     """
-    return Node(signature(op, template, kw_template, metas, scalars), inputs, scalars)
+    node = Node(signature(op, template, kw_template, metas, scalars), inputs, scalars)
+    _LATEST[0] = weakref.ref(node)
+    return node
+
+
+def latest_node() -> Node | None:
+    """The node recorded last, if it is still referenced (``None`` otherwise)."""
+    return _LATEST[0]()
 
 
 def meta_of(value: tuple[Node, int]) -> TensorMeta:

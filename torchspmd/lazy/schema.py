@@ -81,6 +81,16 @@ def _same_inputs(functional: OpOverload, mutating: OpOverload) -> bool:
 _FACTORY_KWARGS = {"dtype", "layout", "device", "pin_memory"}
 
 
+def _same_types(functional: OpOverload, inplace: OpOverload) -> bool:
+    """Whether ``functional`` takes in-place ``inplace``'s argument types, in order.
+
+    Names are not compared: some functional twins call ``self`` ``input`` (``dropout``).
+    """
+    def types(op: OpOverload) -> list[tuple[str, bool]]:
+        return [(str(a.type), a.kwarg_only) for a in op._schema.arguments]
+    return types(functional) == types(inplace)
+
+
 # Mutating ops whose functional twin cannot be found by name.
 _FUNCTIONAL_BY_HAND = {
     "aten::copy_": "aten::copy",
@@ -118,9 +128,15 @@ def functional_variant(op: OpOverload) -> OpOverload | None:
     if base.endswith("_") and not base.startswith("__"):
         packet = getattr(aten, base[:-1], None)
         if packet is not None:
-            candidate = getattr(packet, op._overloadname, None)
-            if candidate is not None and not op_schema(candidate).is_mutating:
-                return candidate
+            # The overload of the same name, if it takes the same argument types: overload
+            # names do not always line up (``pow_.Scalar`` is ``pow.Tensor_Scalar``, while
+            # ``pow.Scalar`` raises a number to a tensor power).
+            same_name = getattr(packet, op._overloadname, None)
+            others = [getattr(packet, name) for name in packet.overloads()]
+            for candidate in [same_name, *others]:
+                if (candidate is not None and not op_schema(candidate).is_mutating
+                        and _same_types(candidate, op)):
+                    return candidate
     packet = getattr(aten, base, None)
     if packet is not None:  # an ``.out`` overload: the overload of the same op without out
         for name in packet.overloads():

@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import torch
 
+from torchspmd.lazy.meta_functions import META_FUNCTIONS
 from torchspmd.lazy.node import TENSOR, ScalarSlot, Signature, TensorMeta
-from torchspmd.lowering.registry import META_FUNCTIONS
+from torchspmd.lowering.dtypes import to_jax_dtype
 
 # (id(op), template, kw_template, input metas) -> Signature. One of the design's registries.
 _SIGNATURES: dict[tuple, Signature] = {}
@@ -61,6 +62,8 @@ def _takes_device(op) -> bool:
 
 def _meta_of(out):
     if isinstance(out, torch.Tensor):
+        # A dtype JAX lacks (complex32) fails here, at the op that makes it, not at sync.
+        to_jax_dtype(out.dtype)
         return TensorMeta(tuple(out.shape), tuple(out.stride()), out.dtype)
     if isinstance(out, (tuple, list)):  # a Tensor[] output (split, unbind)
         return tuple(_meta_of(o) for o in out)

@@ -84,6 +84,8 @@ def _name(step: ViewStep) -> str:
 
 def _inverse(step: ViewStep, prev, value):
     """The new ``prev`` such that ``step(prev) == value``."""
+    if step.op is aten.view.dtype:  # ``x.view(torch.int32)``: reinterpret the bits back
+        return record_unary(aten.view.dtype, value, meta_of(prev).dtype)
     return _STEPWISE[_name(step)](step, prev, value)
 
 
@@ -92,6 +94,14 @@ def _strided_write(storage, steps: tuple, value: tuple[Node, int]) -> tuple[Node
 
     The view is located in the base's memory (size, stride, offset) and scattered there.
     """
+    retyping = [_name(step) for step in steps if _name(step) in _RETYPING
+                or step.op is aten.view.dtype]
+    if retyping:
+        raise NotImplementedError(
+            f"torchspmd: writing through this chain of views ({', '.join(_name(s) for s in steps)})"
+            f" is not supported: it reinterprets the element type ({retyping[0]}) and also "
+            "needs a view with no inverse. clone() the view, modify the clone, and build the "
+            "new tensor from it (e.g. torch.view_as_complex(clone)).")
     size, stride, offset = _located(storage.meta, steps)
     if _overlaps(size, stride):
         raise RuntimeError(
@@ -158,6 +168,11 @@ def _same(step, prev, value):
     return value
 
 
+def _conj_back(step, prev, value):
+    # The spmd device has no conjugate bit: ``x.conj()`` is a view whose value is conj(x).
+    return record_unary(aten._conj_physical.default, value)
+
+
 def _reshape_back(step, prev, value):
     return record_unary(aten._unsafe_view.default, value, list(meta_of(prev).shape))
 
@@ -204,6 +219,14 @@ def _diagonal_back(step, prev, value):
     return record_binary(aten.diagonal_scatter.default, prev, value, *step.args[:3])
 
 
+def _view_as_real_back(step, prev, value):
+    return record_unary(aten.view_as_complex.default, value)
+
+
+def _view_as_complex_back(step, prev, value):
+    return record_unary(aten.view_as_real.default, value)
+
+
 def _as_strided_back(step, prev, value):
     return record_binary(aten.as_strided_scatter.default, prev, value, *step.args[:3])
 
@@ -211,11 +234,18 @@ def _as_strided_back(step, prev, value):
 # View ops written back one step at a time; any other view (``expand``, ``unfold``...)
 # makes the whole chain be written back through its place in memory (_strided_write).
 _STEPWISE = {
-    "alias": _same, "detach": _same, "lift_fresh": _same, "_conj": _same,
+    "alias": _same, "detach": _same, "lift_fresh": _same, "_conj": _conj_back,
     "view": _reshape_back, "_reshape_alias": _reshape_back, "squeeze": _reshape_back,
     "unsqueeze": _reshape_back, "reshape": _reshape_back, "flatten": _reshape_back,
     "permute": _permute_back, "transpose": _transpose_back, "t": _t_back,
     "slice": _slice_back, "select": _select_back,
     "split": _split_back, "split_with_sizes": _split_back, "unbind": _unbind_back,
     "diagonal": _diagonal_back, "as_strided": _as_strided_back,
+    # A complex tensor's ``.real`` / ``.imag`` are views through view_as_real; a strided
+    # write cannot express them (the dtype changes), so these must be inverted stepwise.
+    "view_as_real": _view_as_real_back, "view_as_complex": _view_as_complex_back,
 }
+
+# Views that reinterpret the element type: their place in memory is counted in other
+# elements than the base's, so they cannot be written back through as_strided_scatter.
+_RETYPING = {"view_as_real", "view_as_complex"}

@@ -1,11 +1,12 @@
 """aten -> JAX lowerings: importing this package fills ``registry.LOWERINGS``."""
 
-from torchspmd.lowering import (activations, annotations, conv, elementwise,  # noqa: F401
-                                factory, foreach, indexing, linalg, nn, normalization,
-                                random, reductions, shape)
-from torchspmd.lowering import (distances, embedding_bag, fractional_pool,  # noqa: F401
-                                histograms, margin_losses, order_statistics, pool3d,
-                                segments, sized, upsample)
+from torchspmd.lowering import (activations, annotations, barrier, bessel,  # noqa: F401
+                                conv, distances, elementwise, embedding_bag, factorizations,
+                                factory, fft, foreach, indexing, ldl, linalg, nn,
+                                normalization, order_statistics, orthogonal_polynomials, pool3d,
+                                random, reductions, shape, sized, solvers, upsample)
+from torchspmd.lowering import (fractional_pool, histograms, margin_losses,  # noqa: F401
+                                segments)
 from torchspmd.lowering.registry import LOWERINGS, RANDOM_OPS, lowers
 
 __all__ = ["LOWERINGS", "RANDOM_OPS", "lowers"]

@@ -19,6 +19,8 @@ _TORCH_TO_JAX = {
     torch.complex128: jnp.complex128,
 }
 _JAX_TO_TORCH = {np.dtype(j): t for t, j in _TORCH_TO_JAX.items()}
+# What to use instead, for dtypes users meet that JAX has no equivalent of.
+_INSTEAD = {torch.complex32: "JAX has no 32-bit complex type; use torch.complex64"}
 
 
 def to_jax_dtype(dtype: torch.dtype) -> np.dtype:
@@ -29,7 +31,9 @@ def to_jax_dtype(dtype: torch.dtype) -> np.dtype:
     try:
         return np.dtype(_TORCH_TO_JAX[dtype])
     except KeyError:
-        raise TypeError(f"torchspmd: dtype {dtype} is not supported on the spmd device") from None
+        hint = f" ({_INSTEAD[dtype]})" if dtype in _INSTEAD else ""
+        raise TypeError(f"torchspmd: dtype {dtype} is not supported on the spmd device{hint}"
+                        ) from None
 
 
 def to_torch_dtype(dtype) -> torch.dtype:

@@ -120,6 +120,7 @@ _IDENTITY = {
     aten.lift_fresh_copy.default: lambda x: x,
     aten._conj.default: jnp.conj,
     aten._conj_physical.default: jnp.conj,
+    aten.conj_physical.default: jnp.conj,
 }
 
 # Boolean result computed on the input as it is.

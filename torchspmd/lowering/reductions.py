@@ -10,7 +10,7 @@ import torch
 from jax import lax
 from jax.nn import logsumexp as _jax_logsumexp
 
-from torchspmd.lowering._common import cast, opmath, reduction_axes, wrap_dim
+from torchspmd.lowering._common import cast, is_complex, opmath, reduction_axes, wrap_dim
 from torchspmd.lowering.registry import lowers
 
 aten = torch.ops.aten
@@ -117,14 +117,17 @@ def min_dim(meta, x, dim, keepdim=False):
 
 def _var_mean(meta, x, dim, correction, keepdim):
     axes = reduction_axes(dim, x.ndim)
-    x = x.astype(opmath(meta.dtype))
+    # A complex input has a real variance (meta) but a complex mean: keep it complex.
+    x = x if is_complex(x.dtype) else x.astype(opmath(meta.dtype))
     n = 1
     for a in axes:
         n *= x.shape[a]
     mean = jnp.mean(x, axis=axes, keepdims=True)
-    sq = jnp.sum(jnp.square(x - mean), axis=axes, keepdims=keepdim)
+    dev = x - mean
+    dev = jnp.abs(dev) if is_complex(dev.dtype) else dev
+    sq = jnp.sum(jnp.square(dev), axis=axes, keepdims=keepdim)
     correction = 1 if correction is None else correction
-    var = sq / jnp.maximum(n - cast(correction, x.dtype), 0)
+    var = sq / jnp.maximum(n - cast(correction, sq.dtype), 0)
     return var, (mean if keepdim else jnp.squeeze(mean, axes))
 
 
@@ -178,13 +181,16 @@ def vector_norm(x, ord, axes, keepdim):
         return jnp.sum(a ** ord, **kw) ** (1.0 / ord)
     p = cast(ord, x.dtype)
     general = jnp.sum(a ** p, **kw) ** (1 / p)
-    return jnp.where(p == jnp.inf, jnp.max(a, **kw),
-                     jnp.where(p == -jnp.inf, jnp.min(a, **kw),
+    # Every branch is computed: identities keep max/min defined over an empty reduction
+    # (|x| >= 0, so they change nothing otherwise; PyTorch rejects inf norms of empty input).
+    return jnp.where(p == jnp.inf, jnp.max(a, initial=0, **kw),
+                     jnp.where(p == -jnp.inf, jnp.min(a, initial=jnp.inf, **kw),
                                jnp.where(p == 0, jnp.sum(a != 0, **kw).astype(x.dtype), general)))
 
 
 def _norm(meta, x, ord, dim, keepdim):
     axes = reduction_axes(dim, x.ndim)
+    x = jnp.abs(x) if is_complex(x.dtype) else x  # the norm of a complex tensor is real
     out = vector_norm(x.astype(opmath(meta.dtype)), 2 if ord is None else ord, axes, keepdim)
     return out.astype(meta.dtype).reshape(meta.shape)
 

@@ -33,6 +33,10 @@ def _slice_start(size: int, start) -> int:
 def _slice_index(ndim: int, dim: int, size: int, start, step: int, length: int) -> tuple:
     """An index tuple selecting ``length`` elements from ``start`` by ``step`` along ``dim``."""
     s = _slice_start(size, start)
+    # One element needs no stride, and XLA's partitioner reads the wrong element for a
+    # one-element strided slice of a sharded dim (`x[2::3]` of x = [0, 10, 20] sharded
+    # 3 ways gives [0]; plain JAX 0.10.2 reproduces it).
+    step = 1 if length <= 1 else step
     return (slice(None),) * dim + (slice(s, s + (length - 1) * step + 1 if length else s, step),)
 
 
@@ -239,9 +243,21 @@ def diag_embed(meta, x, offset=0, dim1=-2, dim2=-1):
 
 
 # ---------------------------------------------------------------- scatter inverses of views
+# A write of one block is a dynamic-update-slice, not a scatter (`.at[...].set`): XLA's
+# partitioner miscompiles the scatter when it propagates an uneven sharding onto its
+# operand (`cat([x, y, x])` of an evenly sharded x: the write lands in the wrong element;
+# plain JAX 0.10.2 reproduces it), and XLA updates a slice in place either way.
+def _write_block(meta, x, src, dim: int, start: int):
+    starts = [0] * x.ndim
+    starts[dim] = start
+    return lax.dynamic_update_slice(x.astype(meta.dtype), src.astype(meta.dtype), starts)
+
+
 @lowers(aten.slice_scatter.default)
 def slice_scatter(meta, x, src, dim=0, start=None, end=None, step=1):
     dim = wrap_dim(dim, x.ndim)
+    if step == 1 and src.shape[dim] > 0:
+        return _write_block(meta, x, src, dim, _slice_start(x.shape[dim], start))
     idx = _slice_index(x.ndim, dim, x.shape[dim], start, step, src.shape[dim])
     return x.astype(meta.dtype).at[idx].set(src.astype(meta.dtype))
 
@@ -249,8 +265,7 @@ def slice_scatter(meta, x, src, dim=0, start=None, end=None, step=1):
 @lowers(aten.select_scatter.default)
 def select_scatter(meta, x, src, dim, index):
     dim = wrap_dim(dim, x.ndim)
-    idx = (slice(None),) * dim + (index % x.shape[dim],)
-    return x.astype(meta.dtype).at[idx].set(src.astype(meta.dtype))
+    return _write_block(meta, x, jnp.expand_dims(src, dim), dim, index % x.shape[dim])
 
 
 @lowers(aten.diagonal_scatter.default)

@@ -106,26 +106,6 @@ def _resolve_mesh(mesh: Mesh | None, extra_data_axis: str | None) -> Mesh:
     return mesh
 
 
-def _to_device(module: nn.Module) -> nn.Module:
-    """``module.to(spmd)``, keeping parameters that were shared (tied) shared.
-
-    ``Module.to`` converts each submodule's parameters separately and, for a device
-    whose tensors are a different type than CPU's, makes a new ``Parameter`` per use, so
-    a weight tied across submodules would become two weights.
-    """
-    uses: dict[int, list[tuple[nn.Module, str]]] = {}
-    for owner in module.modules():
-        for name, p in owner._parameters.items():
-            if p is not None:
-                uses.setdefault(id(p), []).append((owner, name))
-    module.to(spmd_device())
-    for places in uses.values():
-        first_owner, first_name = places[0]
-        for owner, name in places[1:]:
-            setattr(owner, name, getattr(first_owner, first_name))
-    return module
-
-
 def _policy_says(policy: Callable, module: nn.Module, recurse: bool, numel: int) -> bool:
     """Call an auto-wrap policy with PyTorch/XLA's or PyTorch's name for the count."""
     params = inspect.signature(policy).parameters
@@ -184,11 +164,15 @@ class SpmdFullyShardedDataParallel(nn.Module):
         _check_module(module)
         mesh = _resolve_mesh(mesh, extra_data_axis)
         super().__init__()
+        # The whole module moves first: a child wrapped below must not move on its own,
+        # or a weight it shares with the rest (tied embeddings) would become two.
+        # Module.to keeps ties on the spmd device (device/tied_parameters.py).
+        module.to(spmd_device())
         if auto_wrap_policy is not None:
             self._auto_wrap(module, auto_wrap_policy,
                             auto_wrapper_callable or SpmdFullyShardedDataParallel,
                             mesh=mesh, shard_output=shard_output)
-        self._orig_module = _to_device(module)
+        self._orig_module = module
         self._mesh = mesh
         self._shard_parameters(module, mesh)
         apply_backward_optimization_barrier(module)

@@ -127,7 +127,7 @@ def _placements(graph, parts: _Parts) -> list[tuple[tuple[int, ...] | None, list
     groups: dict = {}
     for roots, leaves, constraints in zip(parts.roots, parts.leaves, parts.annotations):
         shardings = [s for s in (_leaf_sharding(*graph.leaves[i]) for i in leaves) if s is not None]
-        target = placement.target_devices(shardings + constraints)
+        target = placement.target_devices(shardings, constraints)
         groups.setdefault(target, []).extend(roots)
     return list(groups.items())
 

@@ -13,6 +13,8 @@ def reset() -> None:
         cache_hits=0,  # syncs whose graph was already compiled
         executions=0,  # compiled programs run
         ops_traced=0,  # aten calls recorded
+        ops_executed=0,  # recorded nodes run by programs
+        ops_rerun=0,  # of those, nodes an earlier program had run already (work done twice)
         trace_time_s=0.0,  # time spent recording those calls
         compile_time_s=0.0,  # time spent tracing to JAX and compiling with XLA
         bytes_to_device=0,  # host -> device, summed over devices

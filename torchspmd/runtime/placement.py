@@ -37,20 +37,22 @@ def device_ids(sharding: jax.sharding.Sharding) -> frozenset[int]:
     return frozenset(device_id(d) for d in sharding._device_assignment)
 
 
-def target_devices(shardings: list) -> tuple[int, ...] | None:
+def target_devices(shardings: list, annotations: list = ()) -> tuple[int, ...] | None:
     """The device set a computation must run on (ids in increasing order), or ``None``
     when nothing in it names a device set other than all devices.
 
-    ``shardings`` are those of its input arrays and of its annotations.
+    ``shardings`` are those of its input arrays, ``annotations`` those of the sharding
+    constraints inside it. Replicated data on all devices goes anywhere; an annotation
+    over all devices, replicated or not, names them.
     """
     everything = frozenset(range(len(devices())))
     found: dict[frozenset, object] = {}
     sharded_everywhere = False
-    for sharding in shardings:
+    for sharding in [*shardings, *annotations]:
         ids = device_ids(sharding)
         if ids != everything:
             found.setdefault(ids, sharding)
-        elif not sharding.is_fully_replicated:
+        elif not sharding.is_fully_replicated or sharding in annotations:
             sharded_everywhere = True
     if len(found) > 1:
         a, b = [_shown_order(s) for s in list(found.values())[:2]]
@@ -62,7 +64,8 @@ def target_devices(shardings: list) -> tuple[int, ...] | None:
     if found and sharded_everywhere:
         ids = _shown_order(next(iter(found.values())))
         raise MeshMismatchError(
-            f"torchspmd: one computation uses tensors sharded over all {len(everything)} "
+            f"torchspmd: one computation uses tensors sharded (or annotated) over all "
+            f"{len(everything)} "
             f"devices and tensors on the sub-mesh {ids}. Move one tensor onto the "
             f"other's mesh first: clear_sharding(t), then mark_sharding(t, mesh, spec).")
     return tuple(sorted(next(iter(found)))) if found else None

@@ -41,7 +41,10 @@ class Program:
         # A graph that reads no data and names no sharding (factory ops only) would run
         # on JAX's default device alone; unsharded data lives replicated on every device.
         placed = bool(graph.leaves) or any(sig.op is SHARDING_CONSTRAINT for sig, _ in self.steps)
-        self.jitted = (jax.jit(self._replay) if placed else
+        # keep_unused: JAX drops inputs a program does not read, and a program left with
+        # none runs on its default device alone (`x.zero_()` read by itself would land on
+        # device 0, and mixing it with anything else later raise MeshMismatchError).
+        self.jitted = (jax.jit(self._replay, keep_unused=True) if placed else
                        jax.jit(self._replay, out_shardings=transfer.replicated()))
         self.compiled_once = False
         self._last_args = None  # the latest run's argument layouts, for optimized_hlo()
@@ -61,14 +64,26 @@ class Program:
             self.compiled_once = True
             COUNTERS["compile_time_s"] += time.perf_counter() - start
         COUNTERS["executions"] += 1
+        COUNTERS["ops_executed"] += len(graph.nodes)
+        for node in graph.nodes:  # intermediates not kept are computed again if read later
+            COUNTERS["ops_rerun"] += node.ran
+            node.ran = True
         return outputs
 
     def optimized_hlo(self) -> str:
         """XLA's optimized, partitioned HLO of the latest run (collectives are visible here)."""
+        return self._compiled().as_text()
+
+    def memory_analysis(self):
+        """XLA's memory analysis of the latest run's program, per device: bytes of its
+        arguments, outputs and temporaries (``.temp_size_in_bytes``)."""
+        return self._compiled().memory_analysis()
+
+    def _compiled(self):
         leaves, vectors = self._last_args
         abstract = [jax.ShapeDtypeStruct(shape, dtype, sharding=sharding)
                     for shape, dtype, sharding in leaves]
-        return self.jitted.lower(abstract, *vectors).compile().as_text()
+        return self.jitted.lower(abstract, *vectors).compile()
 
     def _replay(self, leaves, floats, ints, bools):
         COUNTERS["graphs_compiled"] += 1  # runs only while JAX traces, i.e. compiles

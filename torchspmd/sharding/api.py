@@ -29,6 +29,7 @@ from torchspmd.sharding.mesh import Mesh
 from torchspmd.sharding.arguments import check_mesh, check_spec
 from torchspmd.sharding.partition_spec import PartitionSpec, named_sharding
 from torchspmd.sharding.sharded_tensor import XLAShardedTensor
+from torchspmd.sharding.traceable import constraint_op
 
 __all__ = [
     "mark_sharding",
@@ -211,16 +212,24 @@ def unwrap_sharded_tensor(t: Any) -> Any:
 
 
 class MarkShardingFunction(torch.autograd.Function):
-    """Autograd-aware mark_sharding: the output and the input's gradient get the spec."""
+    """Autograd-aware mark_sharding: the output and the input's gradient get the spec.
+
+    Works eagerly and under AOTAutograd (``functorch.compile.aot_function``): both
+    directions are one traceable ``torchspmd::sharding_constraint`` op.
+
+    Example::
+
+        >>> y = MarkShardingFunction.apply(x, mesh, ("data", None))
+    """
 
     @staticmethod
     def forward(ctx, t: torch.Tensor, mesh: Mesh, partition_spec: PartitionSpec) -> torch.Tensor:
-        ctx.sharding = named_sharding(mesh, partition_spec)
-        return state.constrained_copy(state.as_spmd_tensor(t), ctx.sharding)
+        ctx.mesh, ctx.partition_spec = mesh, partition_spec
+        return constraint_op(t, mesh, partition_spec)
 
     @staticmethod
     def backward(ctx, grad_output: torch.Tensor):
-        return state.constrained_copy(state.as_spmd_tensor(grad_output), ctx.sharding), None, None
+        return constraint_op(grad_output, ctx.mesh, ctx.partition_spec), None, None
 
 
 def mark_sharding_with_gradients(t: torch.Tensor, mesh: Mesh,

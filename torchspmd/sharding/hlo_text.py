@@ -146,8 +146,23 @@ def _normalized(
     if not kept:
         return ParsedSharding(ShardingType.TILED, dims, ids)
     if [k for k, _ in kept] == ["replicated"]:
-        return ParsedSharding(ShardingType.PARTIAL, dims, ids, True, ("replicated",))
+        return ParsedSharding(ShardingType.PARTIAL, dims, _ascending_groups(ids, kept[0][1]),
+                              True, ("replicated",))
     return ParsedSharding(ShardingType.TILED, dims, ids, False, tuple(k for k, _ in kept))
+
+
+def _ascending_groups(ids: tuple[int, ...], group: int) -> tuple[int, ...]:
+    """Each run of ``group`` ids (the devices sharing a tile) in ascending order.
+
+    PyTorch/XLA lists a replication group's devices sorted (``CreateOpSharding``), so on a
+    mesh whose ids are not in order the string, and each shard's ``replica_id``, follow id
+    order. Which tile a device holds does not change.
+
+    >>> _ascending_groups((1, 7, 4, 2), 2)
+    (1, 7, 2, 4)
+    """
+    return tuple(i for start in range(0, len(ids), group)
+                 for i in sorted(ids[start:start + group]))
 
 
 def format_tiled(

@@ -32,7 +32,7 @@ class ShardInfo:
     and the device's position in the device order when replicated.
 
     >>> shard_layout("{devices=[2]0,1}", (3,))[1]
-    ShardInfo(device_id=1, indices=[slice(2, 3, None)], padded_shape=(2,), replica_id=0)
+    ShardInfo(device_id=1, indices=[slice(2, 3, 1)], padded_shape=(2,), replica_id=0)
     """
 
     device_id: int
@@ -53,13 +53,15 @@ def shard_indices(
 ) -> list[slice]:
     """The global slices held by the tile at ``tile_coords`` of a ``tiles`` grid.
 
+    Steps are spelled out as 1, as PyTorch/XLA's ``XLAShard.indices`` are.
+
     >>> shard_indices((3,), (4,), (9,))
-    [slice(9, 9, None)]
+    [slice(9, 9, 1)]
     """
     out = []
     for n, t, dim in zip(tile_coords, tiles, global_shape):
         size = -(-dim // t)
-        out.append(slice(min(n * size, dim), min((n + 1) * size, dim)))
+        out.append(slice(min(n * size, dim), min((n + 1) * size, dim), 1))
     return out
 
 
@@ -91,7 +93,7 @@ def shard_layout(
     no global layout (ValueError).
 
     >>> [s.indices for s in shard_layout("{devices=[2]0,1}", (3,))]
-    [[slice(0, 2, None)], [slice(2, 3, None)]]
+    [[slice(0, 2, None)], [slice(2, 3, 1)]]
     """
     shape = tuple(int(d) for d in global_shape)
     parsed = _parse(sharding)

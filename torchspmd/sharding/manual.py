@@ -48,6 +48,8 @@ def _region_entry(value):
 
 
 def _reshaped(value, sharding, op, shape) -> SpmdTensor:
+    if op is FULL_TO_SHARD:
+        state._MANUAL_REGIONS["entered"] = True
     template = (TENSOR, sharding, tuple(shape))
     node = record(op, template, (), (value,), (meta_of(value),))
     return SpmdTensor(Handle.new((node, 0), node.sig.outputs[0]))
@@ -119,14 +121,30 @@ def disable_manual_sharding(t: torch.Tensor, partition_spec: PartitionSpec,
     return wrap_as_sharded_tensor(_reshaped(value, sharding, SHARD_TO_FULL, full_shape))
 
 
-def _mark_manual_sharding(t: torch.Tensor) -> torch.Tensor:
-    """PyTorch/XLA's low-level manual marker; only pending values may be marked.
+def _mark_manual_sharding(t: torch.Tensor, *, mesh: Mesh | None = None) -> XLAShardedTensor:
+    """PyTorch/XLA's low-level manual marker: ``t``'s pending value becomes a local block.
 
-    Device data raises as in the reference; here the supported way in is
-    :func:`enable_manual_sharding`.
+    - a value computed from local blocks (inside a manual region) already is one: it is
+      returned as it is, reported ``{manual}``;
+    - any other pending value enters a manual region over ``mesh`` (default: the global
+      mesh) in which every device's block is its copy of the whole value, as XLA reads a
+      ``{manual}`` annotation on a replicated value; ``disable_manual_sharding`` then
+      assembles the global tensor from those blocks;
+    - device or host data raises, as in PyTorch/XLA.
+
+    Example::
+
+        >>> local = _mark_manual_sharding(x * 1, mesh=Mesh(range(8), (8,), ("x",)))
+        >>> local.sharding_spec
+        '{manual}'
+        >>> y = disable_manual_sharding(local, ("x",), (8 * x.shape[0],), mesh=mesh)  # 8 copies
     """
     inner = state.as_spmd_tensor(t, "_mark_manual_sharding")
-    if inner._h.value()[0].is_leaf:
+    value = inner._h.value()
+    if value[0].is_leaf:
         raise RuntimeError("Marking any data tensors as manual is not supported")
-    raise NotImplementedError("torchspmd: use enable_manual_sharding(t, partition_spec, "
-                              "mesh=mesh) to enter a manual region.")
+    if state.in_manual_region(value):
+        return wrap_as_sharded_tensor(inner)
+    mesh = _mesh_or_global(mesh, "_mark_manual_sharding")
+    whole = named_sharding(mesh, (None,) * inner.dim())
+    return wrap_as_sharded_tensor(_reshaped(value, whole, FULL_TO_SHARD, tuple(inner.shape)))

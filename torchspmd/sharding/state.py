@@ -27,7 +27,7 @@ from torchspmd.lazy.annotation import (IDENTITY_OPS, annotation, plain_leaf, sha
 from torchspmd.lazy.handle import Handle
 from torchspmd.lazy.node import Node
 from torchspmd.lazy.record import leaf_signature, meta_of, record_unary
-from torchspmd.lowering.annotations import FULL_TO_SHARD, SHARDING_CONSTRAINT
+from torchspmd.lowering.annotations import FULL_TO_SHARD, SHARD_TO_FULL, SHARDING_CONSTRAINT
 from torchspmd.lowering.xla_shardings import is_divisible, placement_for
 from torchspmd.runtime import placement
 from torchspmd.sharding.arguments import spmd_tensor
@@ -38,6 +38,7 @@ __all__ = [
     "as_spmd_tensor",
     "current_value",
     "current_text",
+    "in_manual_region",
     "jax_sharding_of",
     "constrain",
     "constrained_copy",
@@ -87,6 +88,31 @@ def jax_sharding_of(value: Value) -> jax.sharding.Sharding | None:
     return None  # plain uploads and pending values carry no sharding yet
 
 
+# Set by manual.py when it records a region's entry (full_to_shard).
+_MANUAL_REGIONS = {"entered": False}
+
+
+def in_manual_region(value: Value) -> bool:
+    """Whether ``value`` is a local block: computed from a manual region's entry
+    (``full_to_shard``) without leaving the region (``shard_to_full``) on the way.
+
+    >>> in_manual_region(current_value(enable_manual_sharding(x, (0,), mesh=m)))  # doctest: +SKIP
+    True
+    """
+    if not _MANUAL_REGIONS["entered"]:
+        return False  # no region was ever entered: spare walking a large graph
+    seen, stack = set(), [value[0]]
+    while stack:
+        node = stack.pop()
+        if node in seen or node.is_leaf or node.sig.op is SHARD_TO_FULL:
+            continue
+        if node.sig.op is FULL_TO_SHARD:
+            return True
+        seen.add(node)
+        stack.extend(n for n, _ in node.inputs)
+    return False
+
+
 def current_text(t: SpmdTensor) -> str:
     """``t``'s sharding in PyTorch/XLA's V1 text, ``''`` if it has none.
 
@@ -94,7 +120,7 @@ def current_text(t: SpmdTensor) -> str:
     ''
     """
     value = current_value(t)
-    if value[0].sig is not None and value[0].sig.op is FULL_TO_SHARD:
+    if not value[0].is_leaf and in_manual_region(value):
         return MANUAL_TEXT  # a local block of a manual region
     sharding = jax_sharding_of(value)
     return "" if sharding is None else sharding_to_hlo_text(sharding, t.dim())
@@ -131,7 +157,9 @@ def annotate(t: SpmdTensor, value: Value) -> None:
     """
     handle = t._h
     if all(step.op in IDENTITY_OPS for step in handle.view):
-        handle.assign(value)
+        # Set, not written back: a write keeps the storage's old annotation, and the new
+        # annotation must replace it (`x[:, 0:2]` of a 2-column x is an alias of x).
+        handle.storage.set(value)
     else:
         handle.hold(value, annotation(value))
 

@@ -1,0 +1,54 @@
+"""Host reads run every pending computation, not only the graph of the value read.
+
+Running just the graph a read needs leaves the rest pending: in a loop that reads a value
+every iteration (``x = x * 2; x.sum().item()``, a generation loop checking its stopping
+criteria) the unread work of each iteration stays pending, so each read compiles and
+re-executes a graph that holds every earlier iteration, larger each time. Running
+everything that live tensors hold at the read (as ``sync()`` does), together with the
+value read, leaves every live tensor as data; the next iteration starts from data and
+its graph is the same every time, so it is compiled once. Example::
+
+    x = torch.ones(4, device="spmd")
+    for _ in range(100):
+        x = x * 2
+        x.sum().item()      # 2 graphs compiled in all: the first iteration, then the rest
+"""
+
+from __future__ import annotations
+
+import jax
+import torch
+
+from torchspmd.lazy.handle import PENDING, PENDING_VIEWS
+from torchspmd.lazy.node import Node
+from torchspmd.runtime import execute
+
+__all__ = ["read"]
+
+
+def read(values: list[tuple[Node, int]]) -> list[jax.Array]:
+    """The arrays of ``values``, after running them and all other pending work as one step.
+
+    The values read are outputs of the same programs as the pending work, so a value only
+    the read wants (a temporary such as ``x.sum()``) is computed from the same inputs in
+    the same program as the updates that replace those inputs. If the other pending work
+    cannot run (a tensor holding local blocks of a manual-sharding region, say), the
+    read runs just what it needs, as ``materialize`` does, and that work stays pending:
+    its error belongs to whoever reads or syncs it.
+    """
+    storages, views = list(PENDING), list(PENDING_VIEWS)
+    wanted: dict[Node, set[int]] = {}
+    pending = [s.value for s in storages] + [h.pending_view_value() for h in views]
+    for value in pending + list(values):
+        if value is not None and not value[0].is_leaf:
+            wanted.setdefault(value[0], set()).add(value[1])
+    PENDING.clear()
+    PENDING_VIEWS.clear()
+    try:
+        execute.execute(sorted(wanted, key=lambda n: n.seq), wanted)
+    except torch.OutOfMemoryError:
+        raise  # every value of the step now raises it (execute marks them), as for sync()
+    except Exception:  # noqa: BLE001  (the unrelated work's error is raised when it is read)
+        PENDING.update(s for s in storages if not s.value[0].is_leaf)
+        PENDING_VIEWS.update(views)
+    return execute.materialize(list(values))
