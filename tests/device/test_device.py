@@ -90,9 +90,9 @@ def test_numpy_raises_like_cuda():
 
 
 def test_unsupported_op_names_itself():
-    x = torch.ones(3, device="spmd")
-    with pytest.raises(NotImplementedError, match="torchspmd: aten::histc"):
-        torch.histc(x, bins=4)
+    x, grid = torch.ones(1, 1, 2, 2, 2, device="spmd"), torch.zeros(1, 1, 1, 1, 3, device="spmd")
+    with pytest.raises(NotImplementedError, match="torchspmd: aten::grid_sampler_3d"):
+        torch.nn.functional.grid_sample(x, grid, align_corners=False)
 
 
 def test_model_to_device():

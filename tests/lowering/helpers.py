@@ -12,7 +12,7 @@ from torch.utils._pytree import tree_map
 import torchspmd.jax_setup  # noqa: F401  (x64 and CPU devices before JAX starts)
 import torchspmd.lowering  # noqa: F401  (fills the table)
 from torchspmd.lowering.dtypes import to_jax_dtype, to_torch_dtype
-from torchspmd.lowering.registry import LOWERINGS, RANDOM_OPS
+from torchspmd.lowering.registry import LOWERINGS, META_FUNCTIONS, RANDOM_OPS
 
 
 def to_jax(t: torch.Tensor) -> jax.Array:
@@ -38,7 +38,8 @@ def _meta_of(out):
 
 def run_lowering(op, *args, key=None, **kwargs):
     """The lowering's result for ``op(*args, **kwargs)``, as CPU torch tensors."""
-    meta = _meta_of(op(*tree_map(lambda t: t.to("meta") if isinstance(t, torch.Tensor) else t, args),
+    infer = META_FUNCTIONS.get(op, op)  # ops PyTorch has no meta kernel for
+    meta = _meta_of(infer(*tree_map(lambda t: t.to("meta") if isinstance(t, torch.Tensor) else t, args),
                        **tree_map(lambda t: t.to("meta") if isinstance(t, torch.Tensor) else t, kwargs)))
     jargs = tree_map(lambda t: to_jax(t) if isinstance(t, torch.Tensor) else t, args)
     jkwargs = tree_map(lambda t: to_jax(t) if isinstance(t, torch.Tensor) else t, kwargs)

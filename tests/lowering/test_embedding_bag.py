@@ -1,4 +1,4 @@
-"""embedding_bag on the device, forward and backward, against CPU PyTorch.
+"""embedding_bag (and embedding with max_norm) on the device, forward and backward, against CPU.
 
 The auxiliary outputs of ``_embedding_bag`` follow PyTorch's meta kernel (not CPU's
 shapes), so behaviour is compared through ``F.embedding_bag`` and its gradients.
@@ -69,3 +69,13 @@ def test_embedding_bag_refuses_sparse_gradients():
     with pytest.raises(NotImplementedError, match="sparse=True"):
         out.sum().backward()
         w.grad.cpu()
+
+
+def test_embedding_with_max_norm_renormalizes_the_rows_it_reads_like_cpu():
+    big = weight * 3
+    w_cpu, w = big.clone(), big.to("spmd")
+    rows = torch.tensor([[0, 2], [2, 7]])
+    out_cpu = F.embedding(rows, w_cpu, max_norm=1.5, norm_type=3.0)
+    out = F.embedding(rows.to("spmd"), w, max_norm=1.5, norm_type=3.0)
+    torch.testing.assert_close(out.cpu(), out_cpu)
+    torch.testing.assert_close(w.cpu(), w_cpu)  # the weight itself is renormalized in place

@@ -13,7 +13,8 @@ import torch
 import torch.optim.optimizer as torch_optimizer
 from torch.utils import backend_registration
 
-from torchspmd.device.dispatch import _allocate_handle, _contiguous_strides, _copy_from, dispatch
+from torchspmd.device.dispatch import _copy_from, dispatch
+from torchspmd.device.resize import allocate_handle, contiguous_strides
 from torchspmd.device.guard import DeviceGuard
 from torchspmd.device.guard import install as install_backward_errors
 from torchspmd.lowering import LOWERINGS
@@ -39,9 +40,9 @@ def _empty_strided(size, stride, dtype=None, layout=None, device=None, pin_memor
 
 def _allocate(size, stride, dtype) -> SpmdTensor:
     """A fresh tensor; its (unspecified) contents are zeros, computed only if read."""
-    stride = stride if stride is not None else _contiguous_strides(size)
+    stride = stride if stride is not None else contiguous_strides(size)
     meta = TensorMeta(size, stride, dtype or torch.get_default_dtype())
-    return SpmdTensor(_allocate_handle(meta), resizable=True)
+    return SpmdTensor(allocate_handle(meta), resizable=True)
 
 
 def _factory_ops() -> list:

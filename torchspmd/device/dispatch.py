@@ -15,7 +15,7 @@ import time
 import torch
 from torch._decomp import core_aten_decompositions, decomposition_table
 
-from torchspmd.device import bounds
+from torchspmd.device import bounds, resize
 from torchspmd.device.linalg_composites import LINALG_COMPOSITES
 from torchspmd.device.data_dependent import DATA_DEPENDENT
 from torchspmd.device.tensor import SpmdTensor, check_device_index
@@ -194,7 +194,7 @@ def _views(func, args, node: Node):
 def _host_value(t: torch.Tensor) -> tuple[Node, int]:
     """A leaf holding CPU tensor ``t`` (uploaded when first used)."""
     node = Node.from_host(transfer.to_numpy(t))
-    node.sig = leaf_signature(TensorMeta(tuple(t.shape), _contiguous_strides(t.shape), t.dtype))
+    node.sig = leaf_signature(TensorMeta(tuple(t.shape), resize.contiguous_strides(t.shape), t.dtype))
     return (node, 0)
 
 
@@ -214,7 +214,7 @@ def _mutate(func, schema, args, kwargs):
     extra = values[: len(values) - len(targets)]  # _functional ops return more first
     for target, value in zip(targets, values[len(extra):]):
         if schema.mutated_kw and meta_of(value).shape != tuple(target.shape):
-            _resize(target, meta_of(value))  # out= tensors take the result's shape
+            resize.fresh_storage(target, meta_of(value))  # out= tensors take the result's shape
         _assign(target, value)
     if extra:
         return _shape_result(func, [SpmdTensor(Handle.new(v, meta_of(v))) for v in extra])
@@ -345,7 +345,12 @@ def _native_batch_norm(input, weight, bias, running_mean, running_var, training,
     if not (training and running_mean is not None):
         node = _record(aten.native_batch_norm.default,
                        (input, weight, bias, running_mean, running_var, training, momentum, eps), {})
-        return _wrap(aten.native_batch_norm.default, node)
+        out, save_mean, save_invstd = _wrap(aten.native_batch_norm.default, node)
+        if not training:  # no batch statistics: empty, as PyTorch's kernels return them
+            empty = TensorMeta((0,), (1,), save_mean.dtype)
+            save_mean = SpmdTensor(resize.allocate_handle(empty))
+            save_invstd = SpmdTensor(resize.allocate_handle(empty))
+        return out, save_mean, save_invstd
     functional = aten._native_batch_norm_legit_functional.default
     node = _record(functional, (input, weight, bias, running_mean, running_var, training,
                                 momentum, eps), {})
@@ -394,38 +399,6 @@ def _layout(value: tuple[Node, int]):
     return sharding
 
 
-def _resize_(t, size, memory_format=None):
-    if tuple(size) == tuple(t.shape):
-        return t
-    if t.numel() != 0:
-        raise NotImplementedError("torchspmd: resize_ of a non-empty spmd tensor is not "
-                                  "supported; create a new tensor of the size you need.")
-    _resize(t, torch.zeros(size, dtype=t.dtype, device=t.device)._h.meta)
-    return t
-
-
-def _resize(t: SpmdTensor, meta: TensorMeta) -> None:
-    """Give ``t`` a fresh storage of ``meta``'s shape (its old contents are dropped)."""
-    meta = TensorMeta(meta.shape, _contiguous_strides(meta.shape), t.dtype)
-    t._h = _allocate_handle(meta)
-    with torch._C._DisableTorchDispatch():
-        torch.ops.aten.as_strided_.default(t, meta.shape, meta.stride)
-
-
-def _contiguous_strides(shape) -> tuple[int, ...]:
-    strides, step = [], 1
-    for size in reversed(shape):
-        strides.append(step)
-        step *= max(size, 1)
-    return tuple(reversed(strides))
-
-
-def _allocate_handle(meta: TensorMeta) -> Handle:
-    """A handle whose value is zeros of ``meta`` (the unspecified contents of ``empty``)."""
-    node = record(aten.zeros.default, (meta.shape,), (("dtype", meta.dtype),), (), ())
-    return Handle.new((node, 0), meta)
-
-
 _SPECIAL = {
     aten._to_copy.default: _to_copy,
     aten.copy_.default: _copy_,
@@ -436,7 +409,9 @@ _SPECIAL = {
     aten.lift_fresh.default: _lift_fresh,
     aten.clone.default: _clone,
     aten.native_batch_norm.default: _native_batch_norm,
-    aten.resize_.default: _resize_,
+    aten._native_batch_norm_legit.default: _native_batch_norm,  # same arguments and outputs
+    aten.resize_.default: resize.resize_,
+    aten.resize_as_.default: resize.resize_as_,
     **LINALG_COMPOSITES,
 }
 

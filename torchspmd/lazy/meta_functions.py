@@ -1,13 +1,16 @@
 """Output shapes for the few lowered ops PyTorch has no meta kernel for.
 
 Shape inference runs an op's meta kernel; for these ops it runs the function here instead,
-on the same meta-device arguments, so they are recorded like any other op.
+on the same meta-device arguments, so they are recorded like any other op. The table is
+the lowering registry's: a lowering module adds its own with ``registry.infers``.
 
 Example: ``META_FUNCTIONS[aten.geqrf.default](a)`` for ``a`` of shape (5, 3) returns meta
 tensors of shapes (5, 3) and (3,).
 """
 
 import torch
+
+from torchspmd.lowering.registry import META_FUNCTIONS
 
 aten = torch.ops.aten
 
@@ -20,6 +23,4 @@ def _geqrf(self):
 
 
 # aten overload -> a function of meta tensors returning the op's outputs as meta tensors.
-META_FUNCTIONS = {
-    aten.geqrf.default: _geqrf,
-}
+META_FUNCTIONS[aten.geqrf.default] = _geqrf

@@ -46,7 +46,8 @@ def _infer(op, template, kw_template, metas, scalars) -> tuple:
     except NotImplementedError as e:
         raise UnsupportedOp(
             f"torchspmd: {op.__name__} is not supported on the spmd device: its output "
-            f"shape depends on the data. Move the tensor to the CPU first (t.cpu()).") from e
+            "shape cannot be inferred (it depends on the data, or PyTorch has no meta "
+            "kernel for it). Move the tensor to the CPU first (t.cpu()).") from e
     if isinstance(out, torch.Tensor):
         return (_meta_of(out),)
     if isinstance(out, (tuple, list)):

@@ -252,6 +252,18 @@ def embedding_dense_backward(meta, grad, indices, num_weights, padding_idx, scal
     return jnp.zeros(meta.shape, acc).at[idx].add(g).astype(meta.dtype)
 
 
+@lowers(aten.embedding_renorm.default)
+def embedding_renorm(meta, weight, indices, max_norm, norm_type):
+    """Rows of ``weight`` named in ``indices`` whose ``norm_type``-norm exceeds ``max_norm``
+    are scaled to ``max_norm`` (``F.embedding(max_norm=...)``), each row once."""
+    w = weight.astype(jnp.promote_types(meta.dtype, jnp.float32))
+    named = jnp.zeros(w.shape[0], bool).at[indices.reshape(-1)].set(True)
+    p = float(norm_type)
+    norms = jnp.sum(jnp.abs(w) ** p, axis=1) ** (1 / p)
+    scale = jnp.where(named & (norms > max_norm), max_norm / (norms + 1e-7), 1)
+    return (w * scale[:, None].astype(w.dtype)).astype(meta.dtype)
+
+
 @lowers(aten.repeat_interleave.Tensor)
 def repeat_interleave(meta, repeats, *, output_size=None):
     """Only reaches us with ``output_size`` given (otherwise the shape is data-dependent)."""

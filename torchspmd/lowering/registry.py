@@ -36,6 +36,10 @@ LOWERINGS: dict[OpOverload, Lowering] = {}
 # Random ops: their lowering takes ``key=``. The recorder gives each such node a key.
 RANDOM_OPS: set[OpOverload] = set()
 
+# Shape functions for ops PyTorch has no meta kernel for: called like the op, on meta
+# tensors, they return its outputs as meta tensors (used by the recorder's shape inference).
+META_FUNCTIONS: dict[OpOverload, Callable[..., object]] = {}
+
 
 def lowers(*ops: OpOverload, random: bool = False) -> Callable[[Lowering], Lowering]:
     """Register ``fn`` as the lowering of each overload in ``ops``.
@@ -54,6 +58,24 @@ def lowers(*ops: OpOverload, random: bool = False) -> Callable[[Lowering], Lower
             LOWERINGS[op] = fn
             if random:
                 RANDOM_OPS.add(op)
+        return fn
+
+    return register
+
+
+def infers(*ops: OpOverload) -> Callable[[Lowering], Lowering]:
+    """Register ``fn`` as the shape function of ops that lack a PyTorch meta kernel.
+
+    Example::
+
+        @infers(aten.multi_margin_loss_backward.default)
+        def _like_self(grad_output, self, *rest, **kwargs):
+            return self.new_empty(self.shape)
+    """
+
+    def register(fn):
+        for op in ops:
+            META_FUNCTIONS[op] = fn
         return fn
 
     return register
