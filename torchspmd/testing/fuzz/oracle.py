@@ -35,7 +35,8 @@ def expected_sharding_text(device_ids: Sequence[int], mesh_shape: Sequence[int],
 
     The mesh is transposed to (axes in spec order, then the unused axes in mesh order);
     each dim's tile count is the product of its axes; unused axes of size > 1 become a
-    replicated last tile dim; a tiling of all ones is ``{replicated}``.
+    replicated last tile dim, each of its replica groups listed in ascending device id (as
+    PyTorch/XLA lists them); a tiling of all ones is ``{replicated}``.
 
     >>> expected_sharding_text(range(8), (2, 4), None, (0, None))
     '{devices=[2,1,4]0,1,2,3,4,5,6,7 last_tile_dim_replicate}'
@@ -47,8 +48,9 @@ def expected_sharding_text(device_ids: Sequence[int], mesh_shape: Sequence[int],
     if all(t == 1 for t in tiles):
         return "{replicated}"
     grid = np.asarray(list(device_ids)).reshape(tuple(mesh_shape))
-    ids = grid.transpose(order + rest).reshape(-1).tolist()
     replication = math.prod(mesh_shape[a] for a in rest)
+    groups = grid.transpose(order + rest).reshape(-1, replication)
+    ids = np.sort(groups, axis=1).reshape(-1).tolist()
     dims = tiles + ([replication] if replication > 1 else [])
     text = f"{{devices=[{','.join(map(str, dims))}]{','.join(map(str, ids))}"
     return text + (" last_tile_dim_replicate}" if replication > 1 else "}")
