@@ -18,7 +18,8 @@ def _donated() -> int:
 
 
 def _on_device(values) -> torch.Tensor:
-    x = torch.tensor(values, dtype=torch.float32, device="spmd")
+    """A tensor holding device data (a computed value, not host data waiting to upload)."""
+    x = torch.tensor(values, dtype=torch.float32, device="spmd") + 0
     torchspmd.sync()
     return x
 
@@ -137,3 +138,20 @@ def test_a_lazy_adamw_step_holds_one_copy_of_parameters_and_state():
     peak = (memory.argument_size_in_bytes + memory.output_size_in_bytes
             - memory.alias_size_in_bytes)
     assert peak <= live  # one copy of the state; without donation, live + donated
+
+
+def test_a_sub_mesh_copy_that_lends_the_buffers_keeps_its_value():
+    from torchspmd.sharding.api import mark_sharding
+    from torchspmd.sharding.mesh import Mesh
+
+    source = _on_device([1.0, 2.0, 3.0, 4.0])  # replicated on every device
+    target = torch.empty(4, device="spmd")
+    target.copy_(source)
+    mark_sharding(target, Mesh([0, 1], (2,), ("x",)), (None,))  # lends source's buffers
+    torchspmd.sync()
+    before = _donated()
+    source.add_(1)
+    torchspmd.sync()
+    assert _donated() == before
+    assert target.cpu().tolist() == [1.0, 2.0, 3.0, 4.0]
+    assert source.cpu().tolist() == [2.0, 3.0, 4.0, 5.0]

@@ -5,9 +5,9 @@ the program's outputs into it; afterwards the array is deleted. Parameters and o
 state updated in place thus need one copy of their memory, not two. The rule, for both
 compiled steps and the lazy ``sync()``: a buffer is donated only when nothing but the
 value being replaced holds it. Another live tensor (a zero-copy ``copy_`` target, a
-``detach()``, a view, a tensor kept from an earlier step), a pending computation outside
-this run, or another array object holding it keeps it; when unsure, it is not donated, so
-no one ever sees "Array has been deleted".
+``detach()``, a view, a tensor kept from an earlier step), a pending computation
+outside this run, or another array over the same buffers (``aliases``) keeps it; when
+unsure, it is not donated, so no one ever sees "Array has been deleted".
 
 The holders are counted with ``sys.getrefcount``: every holder of a graph value is one
 reference to it, and the references the runtime itself holds are known exactly.
@@ -25,6 +25,7 @@ from collections import Counter
 
 from torchspmd.lazy.node import TensorMeta
 from torchspmd.lowering.dtypes import to_jax_dtype
+from torchspmd.runtime.aliases import shares_buffers
 from torchspmd.runtime.graph import Graph
 from torchspmd.runtime.placement import device_ids
 
@@ -44,7 +45,8 @@ def exclusive(value, array, flying: set[int]) -> bool:
     # to the array, ``node.arrays``, the caller's list, this argument, getrefcount's, and
     # the in-flight list if there.
     return (sys.getrefcount(value) <= 4 and sys.getrefcount(node) <= 3
-            and sys.getrefcount(array) <= 4 + (id(array) in flying))
+            and sys.getrefcount(array) <= 4 + (id(array) in flying)
+            and not shares_buffers(array))
 
 
 def lazy_donations(graph: Graph, inputs: list, flying: set[int]) -> tuple[int, ...]:
@@ -113,7 +115,8 @@ def lazy_donations(graph: Graph, inputs: list, flying: set[int]) -> tuple[int, .
         else:
             continue
         if (room[aval] > 0 and sys.getrefcount(leaf) == 2 + held[id(leaf)]
-                and sys.getrefcount(array) == array_refs + (id(array) in flying)):
+                and sys.getrefcount(array) == array_refs + (id(array) in flying)
+                and not shares_buffers(array, ignore=placed)):
             room[aval] -= 1
             donate.append(position)
     return tuple(donate)
