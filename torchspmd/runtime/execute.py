@@ -19,6 +19,7 @@ from torchspmd.lazy.node import Node
 from torchspmd.lazy.provenance import is_recording, refuse_host_read
 from torchspmd.lowering.annotations import FULL_TO_SHARD, SHARD_TO_FULL, SHARDING_CONSTRAINT
 from torchspmd.runtime import memory, placement, transfer
+from torchspmd.runtime.donation import lazy_donations
 from torchspmd.runtime.cache import LRU, programs_capacity_from_env
 from torchspmd.runtime.graph import collect
 from torchspmd.runtime.metrics import COUNTERS
@@ -204,8 +205,12 @@ def execute(roots: list[Node], wanted: dict | None = None) -> None:
         _PARTS[program] = parts
     else:
         COUNTERS["cache_hits"] += 1
+    # Leaves only this run reads (state it overwrites) give their buffers to it.
+    donate = lazy_donations(graph, inputs, in_flight_ids())
+    if donate:
+        COUNTERS["donated_bytes"] += sum(inputs[i].nbytes for i in donate)
     try:
-        outputs = program.run(graph, inputs)
+        outputs = program.run(graph, inputs, donate)
     except Exception as error:
         if not (isinstance(error, torch.OutOfMemoryError) or memory.is_out_of_memory(error)):
             raise

@@ -21,6 +21,7 @@ import jax
 from torchspmd.jax_setup import device_id, devices
 from torchspmd.lowering.xla_shardings import in_id_order
 from torchspmd.runtime import transfer
+from torchspmd.runtime.aliases import note_shared
 
 
 class MeshMismatchError(RuntimeError):
@@ -108,8 +109,10 @@ def in_id_order_array(array: jax.Array) -> jax.Array:
 def _relabel(array: jax.Array, sharding: jax.sharding.Sharding) -> jax.Array:
     """The buffers of ``array`` under ``sharding``, which gives each device the same block."""
     by_device = {s.device: s.data for s in array.addressable_shards}
-    return jax.make_array_from_single_device_arrays(
+    result = jax.make_array_from_single_device_arrays(
         array.shape, sharding, [by_device[d] for d in sharding._addressable_device_assignment])
+    note_shared(array, result, check=False)
+    return result
 
 
 def restrict(array: jax.Array, ids: tuple[int, ...]) -> jax.Array:

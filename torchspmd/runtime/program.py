@@ -7,6 +7,7 @@ nodes themselves), so it serves every later graph with the same key.
 from __future__ import annotations
 
 import time
+import warnings
 
 import jax
 import jax.numpy as jnp
@@ -17,6 +18,7 @@ from torchspmd.lowering import LOWERINGS, RANDOM_OPS
 from torchspmd.lowering.annotations import SHARD_TO_FULL, SHARDING_CONSTRAINT
 from torchspmd.lowering.dtypes import to_jax_dtype
 from torchspmd.runtime import transfer
+from torchspmd.runtime.donation import NOT_USABLE
 from torchspmd.runtime.graph import Graph
 from torchspmd.runtime.manual import check_region, manual_steps, run_region
 from torchspmd.runtime.memory import check_fits
@@ -47,21 +49,37 @@ class Program:
         self.jitted = (jax.jit(self._replay, keep_unused=True) if placed else
                        jax.jit(self._replay, out_shardings=transfer.replicated()))
         self.compiled_once = False
+        # Per set of donated leaf positions: the jit that donates them, and whether it has
+        # been compiled (a training step donates the same leaves every time).
+        self._donating: dict[tuple[int, ...], object] = {}
+        self._compiled_donations: set[tuple[int, ...]] = set()
         self._last_args = None  # the latest run's argument layouts, for optimized_hlo()
 
-    def run(self, graph: Graph, leaf_arrays: list) -> list[list]:
-        """Execute on ``graph``'s scalars and ``leaf_arrays``; the roots' output arrays."""
+    def run(self, graph: Graph, leaf_arrays: list, donate: tuple[int, ...] = ()) -> list[list]:
+        """Execute on ``graph``'s scalars and ``leaf_arrays``; the roots' output arrays.
+
+        The leaves at positions ``donate`` give their buffers to the program (see
+        ``donation.lazy_donations``): those arrays are deleted by the call.
+        """
         flat = [s for n in graph.nodes for s in n.scalars]
         vectors = [np.array([s for s, k in zip(flat, self.scalar_kinds) if k is kind], dtype=dt)
                    for kind, dt in zip(_KINDS, _VECTOR_DTYPES)]
         # Layouts only: holding the arrays would keep last step's buffers alive.
-        self._last_args = ([(a.shape, a.dtype, a.sharding) for a in leaf_arrays], vectors)
+        self._last_args = ([(a.shape, a.dtype, a.sharding) for a in leaf_arrays], vectors, donate)
+        jitted, args = self._call(leaf_arrays, donate)
+        del leaf_arrays
         start = time.perf_counter()
-        if not self.compiled_once:  # compiled here and reused by the call below
-            check_fits(self.jitted.lower(leaf_arrays, *vectors).compile(), graph)
-        outputs = self.jitted(leaf_arrays, *vectors)
-        if not self.compiled_once:
-            self.compiled_once = True
+        first = (donate not in self._compiled_donations) if donate else not self.compiled_once
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message=NOT_USABLE)
+            if first:  # compiled here and reused by the call below
+                check_fits(jitted.lower(*args, *vectors).compile(), graph)
+            outputs = jitted(*args, *vectors)
+        if first:
+            if donate:
+                self._compiled_donations.add(donate)
+            else:
+                self.compiled_once = True
             COUNTERS["compile_time_s"] += time.perf_counter() - start
         COUNTERS["executions"] += 1
         COUNTERS["ops_executed"] += len(graph.nodes)
@@ -69,6 +87,29 @@ class Program:
             COUNTERS["ops_rerun"] += node.ran
             node.ran = True
         return outputs
+
+    def _call(self, leaf_arrays: list, donate: tuple[int, ...]):
+        """The jit to call and its leaf arguments: ``[leaves]``, or ``[donated], [kept]``."""
+        if not donate:
+            return self.jitted, [leaf_arrays]
+        jitted = self._donating.get(donate)
+        if jitted is None:
+            count, chosen = len(leaf_arrays), set(donate)
+            kept = [i for i in range(count) if i not in chosen]
+
+            def replay(donated_arrays, kept_arrays, floats, ints, bools):
+                leaves = [None] * count
+                for i, a in zip(donate, donated_arrays):
+                    leaves[i] = a
+                for i, a in zip(kept, kept_arrays):
+                    leaves[i] = a
+                return self._replay(leaves, floats, ints, bools)
+
+            jitted = self._donating[donate] = jax.jit(replay, donate_argnums=(0,),
+                                                      keep_unused=True)
+        chosen = set(donate)
+        return jitted, [[leaf_arrays[i] for i in donate],
+                        [a for i, a in enumerate(leaf_arrays) if i not in chosen]]
 
     def optimized_hlo(self) -> str:
         """XLA's optimized, partitioned HLO of the latest run (collectives are visible here)."""
@@ -80,10 +121,13 @@ class Program:
         return self._compiled().memory_analysis()
 
     def _compiled(self):
-        leaves, vectors = self._last_args
+        leaves, vectors, donate = self._last_args
         abstract = [jax.ShapeDtypeStruct(shape, dtype, sharding=sharding)
                     for shape, dtype, sharding in leaves]
-        return self.jitted.lower(abstract, *vectors).compile()
+        jitted, args = self._call(abstract, donate)
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message=NOT_USABLE)
+            return jitted.lower(*args, *vectors).compile()
 
     def _replay(self, leaves, floats, ints, bools):
         COUNTERS["graphs_compiled"] += 1  # runs only while JAX traces, i.e. compiles

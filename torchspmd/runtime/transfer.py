@@ -22,6 +22,7 @@ from jax.sharding import NamedSharding, PartitionSpec
 
 from torchspmd.jax_setup import devices
 from torchspmd.lowering.xla_shardings import placement_for, replicated_over
+from torchspmd.runtime.aliases import note_shared
 from torchspmd.runtime.metrics import COUNTERS
 
 
@@ -158,10 +159,13 @@ def reshard(array: jax.Array, sharding: jax.sharding.Sharding) -> jax.Array:
     another device set goes through the host (a collective every process joins).
     """
     if jax.process_count() == 1 or array.sharding.device_set == sharding.device_set:
-        return jax.device_put(array, sharding)
-    if array.sharding.is_fully_replicated and sharding.device_set <= array.sharding.device_set:
-        return jax.device_put(restricted(array, sharding._device_assignment), sharding)
-    return upload(download(array), sharding)
+        result = jax.device_put(array, sharding)
+    elif array.sharding.is_fully_replicated and sharding.device_set <= array.sharding.device_set:
+        result = jax.device_put(restricted(array, sharding._device_assignment), sharding)
+    else:
+        return upload(download(array), sharding)
+    note_shared(array, result)  # JAX moves no data where a device already holds it
+    return result
 
 
 def restricted(array: jax.Array, device_assignment) -> jax.Array:
@@ -173,9 +177,11 @@ def restricted(array: jax.Array, device_assignment) -> jax.Array:
 
     target = GSPMDSharding.get_replicated(tuple(device_assignment))
     buffers = addressable_buffers(array)
-    return jax.make_array_from_single_device_arrays(
+    result = jax.make_array_from_single_device_arrays(
         array.shape, target, [buffers[d] for d in target._addressable_device_assignment],
         dtype=array.dtype)
+    note_shared(array, result, check=False)
+    return result
 
 
 def read_local(array: jax.Array) -> np.ndarray:

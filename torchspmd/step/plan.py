@@ -15,7 +15,6 @@ Example::
 
 from __future__ import annotations
 
-import sys
 import time
 import weakref
 
@@ -28,7 +27,7 @@ from torchspmd.device.tensor import SpmdTensor
 from torchspmd.lazy.handle import Handle
 from torchspmd.lazy.node import Node
 from torchspmd.lowering import RANDOM_OPS
-from torchspmd.runtime import execute, placement, rng
+from torchspmd.runtime import donation, execute, placement, rng
 from torchspmd.runtime.cache import LRU
 from torchspmd.runtime.memory import check_fits
 from torchspmd.runtime.metrics import COUNTERS
@@ -176,7 +175,7 @@ class Plan:
         values = self.inputs(args, first)
         arrays = [v[0].arrays[v[1]] for v in values]
         flying = execute.in_flight_ids()
-        exclusive = [not first and _exclusive(values[i], arrays[i], flying) for i in self.donated]
+        exclusive = [not first and donation.exclusive(values[i], arrays[i], flying) for i in self.donated]
         placed = self._placed(arrays)
         donated = []
         for i, alone in zip(self.donated, exclusive):
@@ -262,14 +261,3 @@ class Plan:
                 results[target[1]] = SpmdTensor(Handle.new(value, sig.outputs[ref[2]]))
         return tree_unflatten(results, captured.result_spec)
 
-
-def _exclusive(value, array, flying: set[int]) -> bool:
-    """Whether the leaf ``value`` and its ``array`` are held only by the one storage that
-    the step overwrites (so donating the buffer cannot break another tensor)."""
-    node = value[0]
-    # Expected references: to the tuple, the storage's ``value``, the caller's list, this
-    # argument and getrefcount's; to the node, that tuple, this local and getrefcount's;
-    # to the array, ``node.arrays``, the caller's list, this argument, getrefcount's, and
-    # the in-flight list if there.
-    return (sys.getrefcount(value) <= 4 and sys.getrefcount(node) <= 3
-            and sys.getrefcount(array) <= 4 + (id(array) in flying))
