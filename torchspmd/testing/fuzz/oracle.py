@@ -35,7 +35,8 @@ def expected_sharding_text(device_ids: Sequence[int], mesh_shape: Sequence[int],
 
     The mesh is transposed to (axes in spec order, then the unused axes in mesh order);
     each dim's tile count is the product of its axes; unused axes of size > 1 become a
-    replicated last tile dim; a tiling of all ones is ``{replicated}``.
+    replicated last tile dim, whose groups of replicas list their ids in ascending order;
+    a tiling of all ones is ``{replicated}``.
 
     >>> expected_sharding_text(range(8), (2, 4), None, (0, None))
     '{devices=[2,1,4]0,1,2,3,4,5,6,7 last_tile_dim_replicate}'
@@ -49,6 +50,8 @@ def expected_sharding_text(device_ids: Sequence[int], mesh_shape: Sequence[int],
     grid = np.asarray(list(device_ids)).reshape(tuple(mesh_shape))
     ids = grid.transpose(order + rest).reshape(-1).tolist()
     replication = math.prod(mesh_shape[a] for a in rest)
+    if replication > 1:  # PyTorch/XLA lists each group of replicas in ascending id order
+        ids = [i for g in range(0, len(ids), replication) for i in sorted(ids[g:g + replication])]
     dims = tiles + ([replication] if replication > 1 else [])
     text = f"{{devices=[{','.join(map(str, dims))}]{','.join(map(str, ids))}"
     return text + (" last_tile_dim_replicate}" if replication > 1 else "}")
