@@ -101,7 +101,8 @@ def test_an_index_add_into_a_cat_of_sharded_pieces_matches_cpu():
 
 def test_a_result_laid_out_where_its_input_mesh_cannot_express_it_can_be_read():
     # JAX raised IndivisibleError when XLA laid y out where x's (4, 2) mesh could not
-    # express it (pxla._get_out_sharding_from_orig_sharding).
+    # express it (pxla._get_out_sharding_from_orig_sharding); since a host read runs all
+    # pending work, x and y are computed by one program and it no longer happens.
     x = torch.arange(4., device=DEV) - 2
     mark_sharding(x, Mesh([4, 3, 5, 0, 6, 7, 1, 2], (4, 2), ("data", "model")), ("model",))
     y = x.index_select(0, torch.tensor([3, 3, 0, 2], device=DEV))
