@@ -49,6 +49,7 @@ def test_a_repro_script_defines_the_program_and_replays_it():
     ([2, 3], (1, 2), ("x", "y"), ("x", "y"), "{devices=[1,2]2,3}"),
     (range(8), (2, 2, 2), ("a", "b", "c"), (("a", "c"), None), "{devices=[4,1,2]0,2,1,3,4,6,5,7 last_tile_dim_replicate}"),
     (range(4), (4, 1), None, (None, 1), "{replicated}"),
+    ([7, 1, 6, 0, 4, 2, 5, 3], (4, 2), None, (0,), "{devices=[4,2]1,7,0,6,2,4,3,5 last_tile_dim_replicate}"),
 ])
 def test_oracle_sharding_text_follows_pytorch_xla(ids, shape, names, spec, text):
     assert expected_sharding_text(list(ids), shape, names, spec) == text

@@ -74,10 +74,9 @@ def test_a_one_element_strided_slice_of_a_sharded_dim_matches_cpu():
     assert y[2::3].cpu().tolist() == [21]
 
 
-@pytest.mark.xfail(strict=True, reason="XLA's SPMD partitioner (Shardy and GSPMD, jax 0.10.2) "
-                   "miscompiles a scatter into an unevenly sized concatenate of sharded "
-                   "pieces; not worked around yet (see README, the differential fuzzer)")
 def test_an_index_put_into_a_cat_of_sharded_pieces_matches_cpu():
+    # XLA's partitioner miscompiled the scatter into the uneven concatenate (element 8
+    # changed); a cat of unequal pieces is now a chain of dynamic-update-slices.
     cpu = torch.arange(8.)
     x = cpu.to(DEV)
     mark_sharding(x, Mesh([0, 1], (2,)), (0,))
@@ -88,10 +87,22 @@ def test_an_index_put_into_a_cat_of_sharded_pieces_matches_cpu():
     torch.testing.assert_close(y.cpu(), expected)
 
 
-@pytest.mark.xfail(strict=True, raises=ValueError, reason="JAX 0.10.2 re-raises IndivisibleError "
-                   "when it cannot express XLA's output layout on an input's mesh "
-                   "(pxla._get_out_sharding_from_orig_sharding); not worked around yet")
+def test_an_index_add_into_a_cat_of_sharded_pieces_matches_cpu():
+    # The same miscompile as index_put's, with an accumulating scatter.
+    cpu = torch.arange(8.)
+    x = cpu.to(DEV)
+    mark_sharding(x, Mesh([3, 6], (2,)), (0,))
+    y = torch.cat([x, torch.tensor([-7.]).to(DEV), x])
+    y.index_add_(0, torch.tensor([10]).to(DEV), torch.tensor([100.]).to(DEV))
+    expected = torch.cat([cpu, torch.tensor([-7.]), cpu])
+    expected.index_add_(0, torch.tensor([10]), torch.tensor([100.]))
+    torch.testing.assert_close(y.cpu(), expected)
+
+
 def test_a_result_laid_out_where_its_input_mesh_cannot_express_it_can_be_read():
+    # JAX raised IndivisibleError when XLA laid y out where x's (4, 2) mesh could not
+    # express it (pxla._get_out_sharding_from_orig_sharding); since a host read runs all
+    # pending work, x and y are computed by one program and it no longer happens.
     x = torch.arange(4., device=DEV) - 2
     mark_sharding(x, Mesh([4, 3, 5, 0, 6, 7, 1, 2], (4, 2), ("data", "model")), ("model",))
     y = x.index_select(0, torch.tensor([3, 3, 0, 2], device=DEV))

@@ -106,7 +106,18 @@ def cat(meta, tensors, dim=0):
     parts = [t.astype(meta.dtype) for t in tensors if t.shape != (0,)]
     if not parts:
         return jnp.zeros(meta.shape, meta.dtype)
-    return jnp.concatenate(parts, axis=wrap_dim(dim, len(meta.shape)))
+    dim = wrap_dim(dim, len(meta.shape))
+    if len({t.shape[dim] for t in parts}) == 1:
+        return jnp.concatenate(parts, axis=dim)
+    # Pieces of unequal sizes are written one by one into zeros: XLA's partitioner
+    # (Shardy and GSPMD, jax 0.10.2) miscompiles a scatter (`index_put`, `index_add`)
+    # into an unevenly sized concatenate of sharded pieces; a chain of
+    # dynamic-update-slices is partitioned correctly. Equal pieces keep the concatenate.
+    out, start = jnp.zeros(meta.shape, meta.dtype), 0
+    for t in parts:
+        out = _write_block(meta, out, t, dim, start)
+        start += t.shape[dim]
+    return out
 
 
 @lowers(aten.stack.default)
