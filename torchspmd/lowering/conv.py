@@ -6,6 +6,8 @@
 except max pooling, whose backward scatters into the argmax ``indices`` PyTorch saved.
 """
 
+import functools
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -149,18 +151,19 @@ def adaptive_max_pool2d_backward(meta, grad_output, self, indices):
     return _scatter_to_planes(grad_output, self, indices, opmath(meta.dtype)).astype(meta.dtype)
 
 
-def _avg_pool2d(x, kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override):
-    k, p = _tup(kernel_size, 2), _tup(padding, 2)
-    s = _tup(stride, 2) if stride else k
-    size = x.shape[-2:]
+def _avg_pool(x, kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override,
+              dims: int):
+    """Average pooling over the last ``dims`` dims, with PyTorch's output sizes and divisors."""
+    k, p = _tup(kernel_size, dims), _tup(padding, dims)
+    s = _tup(stride, dims) if stride else k  # an empty stride means the kernel size
+    size = x.shape[-dims:]
     outs = [_pool_size(n, kk, ss, pp, 1, ceil_mode) for n, kk, ss, pp in zip(size, k, s, p)]
     # Zero padding, on the high side as far as the last (ceil_mode) window reaches.
     pads = [(pp, (o - 1) * ss + kk - n - pp, 0) for n, kk, ss, pp, o in zip(size, k, s, p, outs)]
     zero = np.zeros((), x.dtype)  # a concrete 0 keeps reduce_window a (differentiable) window sum
-    xp = jax.lax.pad(x, zero, [(0, 0, 0)] * (x.ndim - 2) + pads)
-    window = (1,) * (x.ndim - 2) + k
-    total = jax.lax.reduce_window(xp, zero, jax.lax.add, window,
-                                  (1,) * (x.ndim - 2) + s, "VALID")
+    xp = jax.lax.pad(x, zero, [(0, 0, 0)] * (x.ndim - dims) + pads)
+    lead = (1,) * (x.ndim - dims)
+    total = jax.lax.reduce_window(xp, zero, jax.lax.add, lead + k, lead + s, "VALID")
     if divisor_override:
         return total / divisor_override
     counts = []
@@ -168,7 +171,12 @@ def _avg_pool2d(x, kernel_size, stride, padding, ceil_mode, count_include_pad, d
         start = np.arange(o) * ss - pp
         end = np.minimum(start + kk, n + pp)
         counts.append(end - start if count_include_pad else np.minimum(end, n) - np.maximum(start, 0))
-    return total / np.outer(counts[0], counts[1]).astype(x.dtype)
+    return total / functools.reduce(np.multiply.outer, counts).astype(x.dtype)
+
+
+def _avg_pool2d(x, kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override):
+    return _avg_pool(x, kernel_size, stride, padding, ceil_mode, count_include_pad,
+                     divisor_override, 2)
 
 
 @lowers(aten.avg_pool2d.default)

@@ -7,7 +7,6 @@ backward scatters into the argmax ``indices`` PyTorch saved (flat per-volume pos
 PyTorch's decomposition.
 """
 
-import functools
 
 import jax
 import jax.numpy as jnp
@@ -15,31 +14,15 @@ import numpy as np
 from torch import ops
 
 from torchspmd.lowering._common import opmath
-from torchspmd.lowering.conv import _adaptive_matrix, _adaptive_windows, _pool_size, _tup
+from torchspmd.lowering.conv import (_adaptive_matrix, _adaptive_windows, _avg_pool, _tup)
 from torchspmd.lowering.registry import lowers
 
 aten = ops.aten
 
 
 def _avg_pool3d(x, kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override):
-    k, p = _tup(kernel_size, 3), _tup(padding, 3)
-    s = _tup(stride, 3) if stride else k  # an empty stride means the kernel size
-    size = x.shape[-3:]
-    outs = [_pool_size(n, kk, ss, pp, 1, ceil_mode) for n, kk, ss, pp in zip(size, k, s, p)]
-    # Zero padding, on the high side as far as the last (ceil_mode) window reaches.
-    pads = [(pp, (o - 1) * ss + kk - n - pp, 0) for n, kk, ss, pp, o in zip(size, k, s, p, outs)]
-    zero = np.zeros((), x.dtype)  # a concrete 0 keeps reduce_window a (differentiable) window sum
-    xp = jax.lax.pad(x, zero, [(0, 0, 0)] * (x.ndim - 3) + pads)
-    lead = (1,) * (x.ndim - 3)
-    total = jax.lax.reduce_window(xp, zero, jax.lax.add, lead + k, lead + s, "VALID")
-    if divisor_override:
-        return total / divisor_override
-    counts = []
-    for n, kk, ss, pp, o in zip(size, k, s, p, outs):
-        start = np.arange(o) * ss - pp
-        end = np.minimum(start + kk, n + pp)
-        counts.append(end - start if count_include_pad else np.minimum(end, n) - np.maximum(start, 0))
-    return total / functools.reduce(np.multiply.outer, counts).astype(x.dtype)
+    return _avg_pool(x, kernel_size, stride, padding, ceil_mode, count_include_pad,
+                     divisor_override, 3)
 
 
 @lowers(aten.avg_pool3d.default)
