@@ -7,7 +7,6 @@ backward scatters into the argmax ``indices`` PyTorch saved (flat per-volume pos
 PyTorch's decomposition.
 """
 
-
 import jax
 import jax.numpy as jnp
 import numpy as np
