@@ -94,17 +94,7 @@ class Program:
             return self.jitted, [leaf_arrays]
         jitted = self._donating.get(donate)
         if jitted is None:
-            count, chosen = len(leaf_arrays), set(donate)
-            kept = [i for i in range(count) if i not in chosen]
-
-            def replay(donated_arrays, kept_arrays, floats, ints, bools):
-                leaves = [None] * count
-                for i, a in zip(donate, donated_arrays):
-                    leaves[i] = a
-                for i, a in zip(kept, kept_arrays):
-                    leaves[i] = a
-                return self._replay(leaves, floats, ints, bools)
-
+            replay = donated_first(self._replay, len(leaf_arrays), donate)
             jitted = self._donating[donate] = jax.jit(replay, donate_argnums=(0,),
                                                       keep_unused=True)
         chosen = set(donate)
@@ -148,6 +138,26 @@ class Program:
                 continue
             values[i] = _lower(sig, [operand(c) for c in operands], step_scalars[i])
         return [[values[p][i] for i in outs] for p, outs in self.roots]
+
+
+def donated_first(replay, count: int, donate: tuple[int, ...]):
+    """``replay(leaves, *rest)`` taking ``(donated_leaves, kept_leaves, *rest)`` instead.
+
+    ``jax.jit`` donates whole arguments, so the leaves at positions ``donate`` (of
+    ``count``) travel as one list, argument 0, and the others as argument 1.
+    """
+    chosen = set(donate)
+    kept = [i for i in range(count) if i not in chosen]
+
+    def call(donated_arrays, kept_arrays, *rest):
+        leaves = [None] * count
+        for i, a in zip(donate, donated_arrays):
+            leaves[i] = a
+        for i, a in zip(kept, kept_arrays):
+            leaves[i] = a
+        return replay(leaves, *rest)
+
+    return call
 
 
 def _lower(sig, inputs: list, scalars: list) -> list:

@@ -31,7 +31,7 @@ from torchspmd.runtime import donation, execute, placement, rng
 from torchspmd.runtime.cache import LRU
 from torchspmd.runtime.memory import check_fits
 from torchspmd.runtime.metrics import COUNTERS
-from torchspmd.runtime.program import Program
+from torchspmd.runtime.program import Program, donated_first
 from torchspmd.step import optim
 from torchspmd.step.capture import Captured
 
@@ -62,20 +62,15 @@ class Plan:
         self._scalars(graph)
         self._outputs(captured, graph)
         self.donated = self._donated(captured)
-        kept = [i for i in range(len(self.sources)) if i not in set(self.donated)]
-        self.kept = kept
-        program, donated, count = self.program, self.donated, len(self.sources)
+        donated = set(self.donated)
+        self.kept = [i for i in range(len(self.sources)) if i not in donated]
+        program = self.program
 
-        def replay(donated_arrays, kept_arrays, floats, ints, bools):
-            leaves = [None] * count
-            for i, a in zip(donated, donated_arrays):
-                leaves[i] = a
-            for i, a in zip(kept, kept_arrays):
-                leaves[i] = a
-            outputs = program._replay(leaves, floats, ints, bools)
-            return [a for group in outputs for a in group]
+        def replay(leaves, floats, ints, bools):
+            return [a for group in program._replay(leaves, floats, ints, bools) for a in group]
 
-        self.jitted = jax.jit(replay, donate_argnums=(0,))
+        self.jitted = jax.jit(donated_first(replay, len(self.sources), tuple(self.donated)),
+                              donate_argnums=(0,))
         self.compiled = None
         self.memory = None  # XLA's memory analysis of the compiled program
 
