@@ -2,9 +2,9 @@
 
 import jax.numpy as jnp
 import torch
-import torch.nn.functional as F
 
 import torchspmd
+from tests.step.helpers import train_step
 from torchspmd.testing.models import adamw_reference_losses
 
 
@@ -32,14 +32,7 @@ def test_a_compiled_step_with_call_jax_trains_as_on_cpu():
     model = _model(jax=True).to("spmd")
     opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
 
-    @torchspmd.compile
-    def step(x, y):
-        opt.zero_grad()
-        loss = F.mse_loss(model(x), y)
-        loss.backward()
-        opt.step()
-        return loss
-
+    step = torchspmd.compile(train_step(model, opt))
     before = torchspmd.metrics()["step_replays"]
     losses = [step(x.to("spmd"), y.to("spmd")).item() for x, y in data]
     torch.testing.assert_close(losses, expected, rtol=1e-5, atol=1e-6)

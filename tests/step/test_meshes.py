@@ -5,20 +5,12 @@ import torch.nn.functional as F
 
 import torchspmd as xs
 from torchspmd.parallel import SpmdFullyShardedDataParallel as FSDPv2
+from torchspmd.testing.models import adamw_reference_losses
 from tests.step.helpers import DEVICE, batches, mlp, on_device
 
 
 def _cpu_reference(data):
-    model = mlp("cpu")
-    opt = torch.optim.AdamW(model.parameters(), lr=0.01)
-    losses = []
-    for x, y in data:
-        opt.zero_grad()
-        loss = F.mse_loss(model(x), y)
-        loss.backward()
-        opt.step()
-        losses.append(loss.item())
-    return losses
+    return adamw_reference_losses(mlp("cpu"), data, lr=0.01)
 
 
 def test_a_step_on_a_sub_mesh_trains_as_on_cpu_and_stays_there():
