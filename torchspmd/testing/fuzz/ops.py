@@ -34,6 +34,15 @@ def _float(v: torch.Tensor) -> bool:
     return v.is_floating_point()
 
 
+def _tensor_and_dim(b) -> tuple[str, torch.Tensor, int] | None:
+    """A live tensor of at least one dim (its name and CPU value) and one of its dims."""
+    x = b.pick(lambda v: v.dim() > 0)
+    if x is None:
+        return None
+    v = b.value(x)
+    return x, v, b.rng.randrange(v.dim())
+
+
 def elementwise(b) -> None:
     rng = b.rng
     x = b.pick()
@@ -69,11 +78,10 @@ def elementwise(b) -> None:
 
 def view(b) -> None:
     rng = b.rng
-    x = b.pick(lambda v: v.dim() > 0)
-    if x is None:
+    picked = _tensor_and_dim(b)
+    if picked is None:
         return
-    v = b.value(x)
-    d = rng.randrange(v.dim())
+    x, v, d = picked
     n = v.shape[d]
     lo = rng.randrange(n)
     hi = rng.randint(lo + 1, n)
@@ -95,11 +103,10 @@ def view(b) -> None:
 
 def in_place(b) -> None:
     rng = b.rng
-    x = b.pick(lambda v: v.dim() > 0)
-    if x is None:
+    picked = _tensor_and_dim(b)
+    if picked is None:
         return
-    v = b.value(x)
-    d = rng.randrange(v.dim())
+    x, v, d = picked
     i = rng.randrange(-v.shape[d], v.shape[d])
     pre = ":, " * d
     scalar = rng.randint(-5, 5)
@@ -163,11 +170,10 @@ def matmul(b) -> None:
 
 def indexing(b) -> None:
     rng = b.rng
-    x = b.pick(lambda v: v.dim() > 0)
-    if x is None:
+    picked = _tensor_and_dim(b)
+    if picked is None:
         return
-    v = b.value(x)
-    d = rng.randrange(v.dim())
+    x, v, d = picked
     n = v.shape[d]
     idx = [rng.randrange(-n, n) for _ in range(rng.randint(1, 4))]
     pos = [i % n for i in idx]
@@ -191,11 +197,10 @@ def indexing(b) -> None:
 def combine(b) -> None:
     """cat / stack / softmax."""
     rng = b.rng
-    x = b.pick(lambda v: v.dim() > 0)
-    if x is None:
+    picked = _tensor_and_dim(b)
+    if picked is None:
         return
-    v = b.value(x)
-    d = rng.randrange(v.dim())
+    x, v, d = picked
     if _float(v) and small(v) and rng.random() < 0.4:
         fn = rng.choice(("torch.softmax", "torch.log_softmax"))
         b.assign(f"{fn}({x}, {d})")
