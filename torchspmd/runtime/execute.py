@@ -52,17 +52,30 @@ def sync(wait: bool = False) -> None:
     """
     if is_recording():
         return
-    values = [s.value for s in list(PENDING)] + [h.pending_view_value() for h in list(PENDING_VIEWS)]
+    _, _, values = take_pending()
+    wanted = wanted_outputs(values)
+    execute(sorted(wanted, key=lambda n: n.seq), wanted)
+    if wait:
+        wait_device_ops()
+
+
+def take_pending() -> tuple[list, list, list[tuple[Node, int]]]:
+    """Empty the pending sets: the storages and views taken (so that a run that fails can
+    put them back) and their pending values, which one run must now compute."""
+    storages, views = list(PENDING), list(PENDING_VIEWS)
+    PENDING.clear()
+    PENDING_VIEWS.clear()
+    return storages, views, [s.value for s in storages] + [h.pending_view_value() for h in views]
+
+
+def wanted_outputs(values: list) -> dict[Node, set[int]]:
+    """The nodes computing ``values`` (data and ``None`` skipped), each with the outputs
+    wanted of it: the roots and ``wanted`` of :func:`execute`."""
     wanted: dict[Node, set[int]] = {}
     for value in values:
         if value is not None and not value[0].is_leaf:
             wanted.setdefault(value[0], set()).add(value[1])
-    PENDING.clear()
-    PENDING_VIEWS.clear()
-    roots = sorted(wanted, key=lambda n: n.seq)
-    execute(roots, wanted)
-    if wait:
-        wait_device_ops()
+    return wanted
 
 
 def set_compile_cache_size(programs: int) -> None:
@@ -227,9 +240,7 @@ def execute(roots: list[Node], wanted: dict | None = None) -> None:
         for i, a in zip(indices, arrays):
             full[i] = _on_devices(a, ids)
         root.materialized(full)
-    produced = [a for arrays in outputs for a in arrays]
-    if produced:
-        _IN_FLIGHT[frozenset(d.id for d in produced[0].sharding.device_set)] = produced
+    note_in_flight([a for arrays in outputs for a in arrays])
 
 
 def single_target(graph) -> tuple[int, ...] | None:

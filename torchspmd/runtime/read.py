@@ -36,14 +36,8 @@ def read(values: list[tuple[Node, int]]) -> list[jax.Array]:
     read runs just what it needs, as ``materialize`` does, and that work stays pending:
     its error belongs to whoever reads or syncs it.
     """
-    storages, views = list(PENDING), list(PENDING_VIEWS)
-    wanted: dict[Node, set[int]] = {}
-    pending = [s.value for s in storages] + [h.pending_view_value() for h in views]
-    for value in pending + list(values):
-        if value is not None and not value[0].is_leaf:
-            wanted.setdefault(value[0], set()).add(value[1])
-    PENDING.clear()
-    PENDING_VIEWS.clear()
+    storages, views, pending = execute.take_pending()
+    wanted = execute.wanted_outputs(pending + list(values))
     try:
         execute.execute(sorted(wanted, key=lambda n: n.seq), wanted)
     except torch.OutOfMemoryError:
