@@ -154,15 +154,19 @@ def torchspmd_trainer(model: TinyTransformer, total: int, layout: Layout | None 
 
     The returned function records per-step phases in ``step.phases``: seconds in user
     code while tracing, in ``sync()`` (host work: graph collection, launch), and waiting
-    for the device and reading the loss.
+    for the device and reading the loss; then the CPU seconds of the first two (the
+    process's while tracing, when the device is idle; the calling thread's in ``sync()``,
+    while the launched program computes on other threads), which a loaded machine
+    disturbs less than wall time.
     """
     model = place_torch(copy.deepcopy(model), layout)
     opt = torch.optim.AdamW(model.parameters(), lr=BASE_LR, weight_decay=WEIGHT_DECAY)
     device = torchspmd.device()
-    phases: list[tuple[float, float, float]] = []
+    phases: list[tuple[float, float, float, float]] = []
 
     def step(i: int, x: torch.Tensor, y: torch.Tensor) -> float:
         start = time.perf_counter()
+        cpu_start = time.process_time()
         for group in opt.param_groups:
             group["lr"] = lr_at(i, total)
         x, y = x.to(device), y.to(device)
@@ -174,12 +178,14 @@ def torchspmd_trainer(model: TinyTransformer, total: int, layout: Layout | None 
         loss.backward()
         opt.step()
         traced = time.perf_counter()
+        cpu_traced, thread_traced = time.process_time(), time.thread_time()
         torchspmd.sync()
         launched = time.perf_counter()
+        cpu = cpu_traced - cpu_start + time.thread_time() - thread_traced
         step.program = last_program()  # the step's graph, for its collectives
         torchspmd.wait_device_ops()
         value = loss.item()
-        phases.append((traced - start, launched - traced, time.perf_counter() - launched))
+        phases.append((traced - start, launched - traced, time.perf_counter() - launched, cpu))
         return value
 
     step.phases = phases
@@ -406,6 +412,9 @@ def report(results: dict, spmd_step, compiled_step, jax_step, steps: int) -> boo
     print(f"  lazy user code to sync:      {user * 1e3:8.2f} ms/step (median)")
     print(f"  lazy sync() (host):          {launch * 1e3:8.2f} ms/step (median)")
     print(f"  lazy wait + .item():         {wait * 1e3:8.2f} ms/step (median)")
+    host_cpu = statistics.median(p[3] for p in spmd_step.phases[-steps:])
+    print(f"  lazy host CPU time:          {host_cpu * 1e3:8.2f} ms/step (median; user code "
+          "and sync() as CPU time: less disturbed by other load)")
     print(f"  compile time after warm-up: {counters['compile_time_s']:.3f} s")
     peak_c = peak_bytes(compiled_step.compiled.memory_analysis())
     peak_j = peak_bytes(_jax_compiled(jax_step).memory_analysis())

@@ -178,9 +178,19 @@ def _slot(arg, kind, inputs, metas, scalars):
         return TENSOR
     if kind == STATIC:
         return freeze(arg)
-    if kind == TENSORS or kind == SCALARS:
-        return tuple(_slot(a, KIND_TENSOR if kind == TENSORS else SCALAR, inputs, metas, scalars)
-                     for a in arg)
+    if kind == TENSORS:  # foreach ops: a list per parameter group, tensors inline
+        template = []
+        for a in arg:
+            if type(a) is SpmdTensor:
+                handle = a._h
+                inputs.append(handle.value())
+                metas.append(handle.meta)
+                template.append(TENSOR)
+            else:
+                template.append(_slot(a, KIND_TENSOR, inputs, metas, scalars))
+        return tuple(template)
+    if kind == SCALARS:
+        return tuple(_slot(a, SCALAR, inputs, metas, scalars) for a in arg)
     slot = _SLOTS.get(type(arg))
     if slot is not None:  # a Python number used as a value: a graph input
         scalars.append(arg)
