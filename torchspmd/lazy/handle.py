@@ -9,19 +9,18 @@ moved, and a write to a view is scattered back into a new base value (``views.py
 
 from __future__ import annotations
 
-import weakref
-
 from torchspmd.lazy import provenance
 from torchspmd.lazy.node import Node, TensorMeta
 from torchspmd.lazy.record import record_unary
+from torchspmd.lazy.registry import WeakRegistry
 from torchspmd.lowering.annotations import SHARDING_CONSTRAINT
 from torchspmd.lazy.views import derive, write_back
 
 # Storages whose value is still a pending graph, and views whose derived value is:
 # ``sync()`` computes exactly these. The design's live-handle registry; weak, so a
 # dropped tensor's graph is never run.
-PENDING: "weakref.WeakSet[Storage]" = weakref.WeakSet()
-PENDING_VIEWS: "weakref.WeakSet[Handle]" = weakref.WeakSet()
+PENDING = WeakRegistry()  # of Storage
+PENDING_VIEWS = WeakRegistry()  # of Handle
 _RECORDING = provenance.ACTIVE
 _EPOCH = provenance.EPOCH
 
