@@ -232,8 +232,11 @@ def _views(func, args, node: Node):
     """Outputs of view op ``func`` share storage with its input (``x.view(...)``, ``x[0]``)."""
     base = args[0]._h
     static = args[1:]
+    outputs = node.sig.outputs
+    if len(outputs) == 1 and _plan(func).form == "single":  # view, t, transpose, detach...
+        return SpmdTensor(base.viewed(view_step(func, static), (node, 0), outputs[0]))
     outs = [base.viewed(view_step(func, tuple(static), i), (node, i), m)
-            for i, m in enumerate(node.sig.outputs)]
+            for i, m in enumerate(outputs)]
     return _shape_result(func, [SpmdTensor(h) for h in outs])
 
 

@@ -39,6 +39,10 @@ class ViewStep:
 # id(op) -> (op, defaults of its positional arguments after ``self``): reading a schema's
 # arguments builds Python objects each time, and every view op of a step needs them.
 _DEFAULTS: dict[int, tuple] = {}
+# (id(op), frozen arguments, index) -> (op, ViewStep): a step's view ops repeat every
+# step, and building a frozen dataclass costs more than finding it.
+_STEPS: dict[tuple, tuple] = {}
+_STEPS_LIMIT = 65536
 
 
 def view_step(op, args: tuple, index: int = 0) -> ViewStep:
@@ -47,8 +51,19 @@ def view_step(op, args: tuple, index: int = 0) -> ViewStep:
     if entry is None or entry[0] is not op:
         defaults = tuple(a.default_value for a in op._schema.arguments[1:] if not a.kwarg_only)
         entry = _DEFAULTS[id(op)] = (op, defaults)
-    full = list(args) + list(entry[1][len(args):])
-    return ViewStep(op, freeze(full), index)
+    frozen = freeze(list(args) + list(entry[1][len(args):]))
+    key = (id(op), frozen, index)
+    try:
+        known = _STEPS.get(key)
+    except TypeError:  # an unhashable argument: not cached
+        return ViewStep(op, frozen, index)
+    if known is not None and known[0] is op:
+        return known[1]
+    if len(_STEPS) >= _STEPS_LIMIT:
+        _STEPS.clear()
+    step = ViewStep(op, frozen, index)
+    _STEPS[key] = (op, step)
+    return step
 
 
 def apply(step: ViewStep, value: tuple[Node, int]) -> tuple[Node, int]:
