@@ -42,9 +42,14 @@ def leaf_signature(meta: TensorMeta) -> Signature:
 def freeze(arg):
     """A hashable template entry for a static argument (lists become tuples, floats
     :class:`StaticFloat` so that ``1.0`` and ``1`` key different signatures)."""
-    if type(arg) is float:
+    kind = type(arg)
+    if kind is int or arg is None:  # most static arguments: sizes and dims
+        return arg
+    if kind is float:
         return StaticFloat(arg)
-    return tuple(freeze(a) for a in arg) if isinstance(arg, (list, tuple)) else arg
+    if isinstance(arg, (list, tuple)):  # ints inline: this runs for every view and size list
+        return tuple([a if type(a) is int else freeze(a) for a in arg])
+    return arg
 
 
 def record_unary(op, value: tuple[Node, int], *static) -> tuple[Node, int]:
