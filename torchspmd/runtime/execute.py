@@ -229,8 +229,9 @@ def execute(roots: list[Node], wanted: dict | None = None) -> None:
     donate = lazy_donations(graph, inputs, in_flight_ids(), program.output_avals)
     if donate:
         COUNTERS["donated_bytes"] += sum(inputs[i].nbytes for i in donate)
+    ids = target if target is not None else tuple(range(len(devices())))
     try:
-        outputs = program.run(graph, inputs, donate)
+        outputs = program.run(graph, inputs, donate, ids)
     except Exception as error:
         if not (isinstance(error, torch.OutOfMemoryError) or memory.is_out_of_memory(error)):
             raise
@@ -241,7 +242,6 @@ def execute(roots: list[Node], wanted: dict | None = None) -> None:
             root.materialized([failed] * len(root.sig.outputs))
         raise failed.error from None
     _LAST[:] = [program]
-    ids = target if target is not None else tuple(range(len(devices())))
     for root, indices, arrays in zip(graph.roots, graph.wanted, outputs):
         full = [None] * len(root.sig.outputs)
         for i, a in zip(indices, arrays):
