@@ -50,6 +50,23 @@ def test_tensors_kept_from_earlier_steps_stay_readable():
     torch.testing.assert_close(kept[0][1].cpu(), model[2].bias.detach().cpu())  # a view: live
 
 
+def test_gradients_kept_from_each_step_hold_that_steps_values_as_on_cpu():
+    def grads_per_step(device):
+        model = mlp(device)
+        opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+        step = train_step(model, opt)
+        if device != "cpu":
+            step = xs.compile(step)
+        kept = []
+        for x, y in batches(5):
+            step(x.to(device), y.to(device))
+            kept.append(model[0].weight.grad)  # the next step drops it from .grad
+        return [g.cpu() for g in kept]
+
+    for got, expected in zip(grads_per_step(DEVICE), grads_per_step("cpu")):
+        torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-6)
+
+
 def test_a_step_that_returns_a_parameter_keeps_both_readable():
     w = torch.ones(3).to(DEVICE)
 

@@ -64,6 +64,11 @@ class Plan:
         self.donated = self._donated(captured)
         donated = set(self.donated)
         self.kept = [i for i in range(len(self.sources)) if i not in donated]
+        # ``.grad`` slots the step fills with new tensors (after ``zero_grad()``): their old
+        # gradients are dropped before the program starts, because freeing device buffers
+        # while a program runs costs several times more host time.
+        self.regrads = [t[1] for t in captured.targets
+                        if t[0] == "place" and t[1].key == "grad" and not t[1].item]
         program = self.program
 
         def replay(leaves, floats, ints, bools):
@@ -175,17 +180,20 @@ class Plan:
         donated = []
         for i, alone in zip(self.donated, exclusive):
             if alone:
-                COUNTERS["donated_bytes"] += placed[i].nbytes
                 donated.append(placed[i])
             else:  # someone else holds this buffer: donate a copy
                 donated.append(jnp.copy(placed[i]))
         kept = [placed[i] for i in self.kept]
         del values, arrays
-        vectors = self._vectors()
+        if not first:
+            for place in self.regrads:
+                place.set(None)
         if self.compiled is None:
-            self._compile(donated, kept, vectors)
-        outputs = self.compiled(donated, kept, *vectors)
+            self._compile(donated, kept, self._host_vectors())
+        outputs = self.compiled(donated, kept, *self._vectors())
         COUNTERS["executions"] += 1
+        COUNTERS["donated_bytes"] += sum(n for n, alone in zip(self._donated_bytes, exclusive)
+                                         if alone)
         execute.note_in_flight(outputs[:1])
         return outputs, placed
 
@@ -201,7 +209,7 @@ class Plan:
             placed.append(a)
         return placed
 
-    def _vectors(self) -> list[np.ndarray]:
+    def _host_vectors(self) -> list[np.ndarray]:
         ints = self.vectors[int]
         if self.seed_slots:
             ints = ints.copy()
@@ -209,12 +217,21 @@ class Plan:
                 ints[slot] = rng.next_seed()
         return [self.vectors[float], ints, self.vectors[bool]]
 
+    def _vectors(self) -> list:
+        """The scalar inputs of this call: the plan's own are fixed, so they stay on the
+        devices between calls (an upload each costs host time); only fresh seeds travel."""
+        if not self.seed_slots:
+            return self._device_vectors
+        return [self._device_vectors[0], self._host_vectors()[1], self._device_vectors[2]]
+
     def _compile(self, donated, kept, vectors) -> None:
         layout = tuple((a.shape, a.dtype, a.sharding) for a in (*donated, *kept))
         key = (self.key, tuple(self.donated), layout)
         cached = _EXECUTABLES.get(key)
+        self._donated_bytes = [a.nbytes for a in donated]
         if cached is not None:  # the same graph captured again (hyperparameters changed)
             self.compiled, self.memory = cached
+            self._keep_vectors(vectors)
             return
         start = time.perf_counter()
         # Compiled ahead of time for its memory analysis, then called directly: jit's own
@@ -224,6 +241,13 @@ class Plan:
         self.memory = self.compiled.memory_analysis()
         _EXECUTABLES[key] = (self.compiled, self.memory)
         COUNTERS["compile_time_s"] += time.perf_counter() - start
+        self._keep_vectors(vectors)
+
+    def _keep_vectors(self, vectors: list[np.ndarray]) -> None:
+        """The scalar vectors on the devices, in the layouts the program takes them."""
+        layouts = self.compiled.input_shardings[0][2:]
+        self._device_vectors = [v if layout is None else jax.device_put(v, layout)
+                                for v, layout in zip(vectors, layouts)]
 
     def write_back(self, outputs: list, placed: list, args: list[SpmdTensor]):
         """Put each output where the step put it; the call's result."""
