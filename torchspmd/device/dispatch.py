@@ -9,7 +9,6 @@ else raises a ``NotImplementedError`` that names the op.
 
 from __future__ import annotations
 
-import functools
 import time
 
 import torch
@@ -46,12 +45,15 @@ _DROPPED_KWARGS = ("device", "pin_memory", "layout")  # placement is ours to dec
 class _Plan:
     """What dispatch needs to know about one op, worked out on its first call.
 
-    One dict lookup per call instead of several: hashing an OpOverload runs Python code.
+    One dict lookup per call instead of several: hashing an OpOverload runs Python code,
+    so plans are found by the op's ``id`` (ops are singletons; ``func`` guards reuse).
     """
 
-    __slots__ = ("special", "data_dependent", "schema", "lowered", "random", "kinds", "keyword")
+    __slots__ = ("func", "special", "data_dependent", "schema", "lowered", "random", "kinds",
+                 "keyword", "form")
 
     def __init__(self, func):
+        self.func = func
         self.special = _SPECIAL.get(func)
         self.data_dependent = DATA_DEPENDENT.get(func)
         self.schema = op_schema(func)
@@ -59,15 +61,16 @@ class _Plan:
         self.random = func in RANDOM_OPS
         self.kinds = self.schema.positional
         self.keyword = self.schema.keyword
+        self.form = _return_form(func)
 
 
-_PLANS: dict = {}
+_PLANS: dict[int, _Plan] = {}
 
 
 def _plan(func) -> _Plan:
-    plan = _PLANS.get(func)
-    if plan is None:
-        plan = _PLANS[func] = _Plan(func)
+    plan = _PLANS.get(id(func))
+    if plan is None or plan.func is not func:
+        plan = _PLANS[id(func)] = _Plan(func)
     return plan
 
 
@@ -96,9 +99,30 @@ def dispatch(func, args: tuple, kwargs: dict):
     return result
 
 
-SpmdTensor._dispatch = staticmethod(torch._dynamo.disable(dispatch, reason=(
-    "torchspmd: spmd tensors are traced by torchspmd.compile, not torch.compile; decorate "
-    "the training step with @torchspmd.compile")))
+_DYNAMO_REASON = ("torchspmd: spmd tensors are traced by torchspmd.compile, not torch.compile; "
+                  "decorate the training step with @torchspmd.compile")
+# TorchDynamo must neither trace into dispatch nor compile the frames it calls (meta
+# kernels, decompositions): ``torch._dynamo.disable`` does both, but its wrapper costs
+# about a microsecond per op, paid by every op of a training step. ``_entry`` goes
+# through it only while a torch.compile frame is running on this thread.
+_DISABLED = torch._dynamo.disable(dispatch, reason=_DYNAMO_REASON)
+_EVAL_FRAME_CALLBACK = torch._C._dynamo.eval_frame.get_eval_frame_callback
+
+
+def _entry(func, args: tuple, kwargs: dict):
+    if _EVAL_FRAME_CALLBACK() is None:  # no TorchDynamo here: nothing to keep out
+        return dispatch(func, args, kwargs)
+    return _DISABLED(func, args, kwargs)
+
+
+# What TorchDynamo reads when it meets ``_entry`` while tracing: a disabled function,
+# with its reason (a graph break naming torchspmd.compile).
+for _attr in ("_torchdynamo_disable", "_torchdynamo_disable_msg",
+              "_torchdynamo_disable_recursive", "_torchdynamo_orig_callable"):
+    setattr(_entry, _attr, getattr(_DISABLED, _attr))
+_entry._torchdynamo_wrapper_id = id(_entry)
+torch._dynamo.eval_frame.skip_code(_entry.__code__)  # run as it is under a callback
+SpmdTensor._dispatch = staticmethod(_entry)
 
 
 # --- recording -------------------------------------------------------------------------
@@ -165,7 +189,6 @@ def _wrap(func, node: Node):
     return _shape_result(func, outs)
 
 
-@functools.cache
 def _return_form(func) -> str:
     returns = func._schema.returns
     if len(returns) == 1:
@@ -174,7 +197,7 @@ def _return_form(func) -> str:
 
 
 def _shape_result(func, outs: list):
-    form = _return_form(func)
+    form = _plan(func).form
     if form == "single":
         return outs[0]
     if form == "list":
@@ -218,7 +241,7 @@ def _mutate(func, schema, args, kwargs):
         _assign(target, value)
     if extra:
         return _shape_result(func, [SpmdTensor(Handle.new(v, meta_of(v))) for v in extra])
-    return _shape_result(func, targets) if _return_form(func) != "none" else None
+    return _shape_result(func, targets) if _plan(func).form != "none" else None
 
 
 def _compute_checked(func, functional, args, kwargs, call_kwargs) -> list[tuple[Node, int]]:
@@ -423,7 +446,7 @@ def register_handler(op, handler) -> None:
     module importing it. Example: ``register_handler(torch.ops.ns.op.default, fn)``.
     """
     _SPECIAL[op] = handler
-    _PLANS.pop(op, None)
+    _PLANS.pop(id(op), None)
 
 
 # --- decompositions --------------------------------------------------------------------

@@ -36,10 +36,18 @@ class ViewStep:
     index: int = 0
 
 
+# id(op) -> (op, defaults of its positional arguments after ``self``): reading a schema's
+# arguments builds Python objects each time, and every view op of a step needs them.
+_DEFAULTS: dict[int, tuple] = {}
+
+
 def view_step(op, args: tuple, index: int = 0) -> ViewStep:
     """A :class:`ViewStep` with the schema's defaults filled in, so inverses see every argument."""
-    schema_args = op._schema.arguments[1:]
-    full = list(args) + [a.default_value for a in schema_args[len(args):] if not a.kwarg_only]
+    entry = _DEFAULTS.get(id(op))
+    if entry is None or entry[0] is not op:
+        defaults = tuple(a.default_value for a in op._schema.arguments[1:] if not a.kwarg_only)
+        entry = _DEFAULTS[id(op)] = (op, defaults)
+    full = list(args) + list(entry[1][len(args):])
     return ViewStep(op, freeze(full), index)
 
 

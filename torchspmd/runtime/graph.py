@@ -37,6 +37,10 @@ def collect(roots: list[Node], wanted: dict | None = None) -> Graph:
     leaf_position: dict[tuple[Node, int], int] = {}
     nodes: list[Node] = []
     leaves: list[tuple[Node, int]] = []
+    operands: list[list[int]] = []
+    key: list = []
+    # Runs once per sync over every pending node: ``Node.is_leaf`` is spelled out (a
+    # property call per operand costs more than the rest of the walk).
     for root in roots:
         stack = [root]
         while stack:
@@ -44,24 +48,31 @@ def collect(roots: list[Node], wanted: dict | None = None) -> Graph:
             if node in position:
                 stack.pop()
                 continue
-            waiting = [n for n, _ in node.inputs if not n.is_leaf and n not in position]
+            waiting = False
+            for n, _ in node.inputs:
+                if n.arrays is None and n.host is None and n not in position:
+                    stack.append(n)
+                    waiting = True
             if waiting:
-                stack.extend(waiting)
                 continue
+            codes = []
             for value in node.inputs:
-                if value[0].is_leaf and value not in leaf_position:
-                    leaf_position[value] = len(leaves)
+                n = value[0]
+                if n.arrays is None and n.host is None:
+                    codes.append(position[n] * 4096 + value[1])  # operand_code
+                    continue
+                leaf = leaf_position.get(value)
+                if leaf is None:
+                    leaf = leaf_position[value] = len(leaves)
                     leaves.append(value)
+                codes.append(~leaf)
             position[node] = len(nodes)
             nodes.append(node)
+            operands.append(codes)
+            key.append(node.sig.id)
+            key.append(len(codes))
+            key.extend(codes)
             stack.pop()
-    operands = [[operand_code(position[n], j) if not n.is_leaf else ~leaf_position[(n, j)]
-                 for n, j in node.inputs] for node in nodes]
-    key: list = []
-    for node, codes in zip(nodes, operands):
-        key.append(node.sig.id)
-        key.append(len(codes))
-        key.extend(codes)
     outputs = [_tensor_outputs(r) if wanted is None or r not in wanted else tuple(sorted(wanted[r]))
                for r in roots]
     key.append(-1)

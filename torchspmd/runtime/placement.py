@@ -101,7 +101,9 @@ def place(array: jax.Array, ids: tuple[int, ...]) -> jax.Array:
 def in_id_order_array(array: jax.Array) -> jax.Array:
     """``array`` laid out as before, its sharding over its devices in id order (no copy)."""
     sharding = in_id_order(array.sharding, array.ndim)
-    if sharding is array.sharding:
+    # ``in_id_order`` is cached: it returns the first of equal shardings it saw, so an
+    # array already in id order usually has an equal sharding, not the same object.
+    if sharding is array.sharding or sharding == array.sharding:
         return array
     return _relabel(array, sharding)
 

@@ -38,6 +38,10 @@ class Program:
         # Each step's scalar inputs: which vector (float, int or bool) each comes from.
         self.step_kinds = [_scalar_kinds(sig) for sig, _ in self.steps]
         self.scalar_kinds = [kind for kinds in self.step_kinds for kind in kinds]
+        # Per vector (float, int, bool): the positions of its scalars in the graph's flat
+        # list of scalars, worked out once rather than filtered on every run.
+        self.vector_positions = [[i for i, k in enumerate(self.scalar_kinds) if k is kind]
+                                 for kind in _KINDS]
         self.manual = manual_steps(self.steps)
         check_region(self.steps, self.manual, self.roots)
         # A graph that reads no data and names no sharding (factory ops only) would run
@@ -62,8 +66,8 @@ class Program:
         ``donation.lazy_donations``): those arrays are deleted by the call.
         """
         flat = [s for n in graph.nodes for s in n.scalars]
-        vectors = [np.array([s for s, k in zip(flat, self.scalar_kinds) if k is kind], dtype=dt)
-                   for kind, dt in zip(_KINDS, _VECTOR_DTYPES)]
+        vectors = [np.array([flat[i] for i in positions], dtype=dt)
+                   for positions, dt in zip(self.vector_positions, _VECTOR_DTYPES)]
         # Layouts only: holding the arrays would keep last step's buffers alive.
         self._last_args = ([(a.shape, a.dtype, a.sharding) for a in leaf_arrays], vectors, donate)
         jitted, args = self._call(leaf_arrays, donate)
@@ -83,9 +87,11 @@ class Program:
             COUNTERS["compile_time_s"] += time.perf_counter() - start
         COUNTERS["executions"] += 1
         COUNTERS["ops_executed"] += len(graph.nodes)
+        rerun = 0
         for node in graph.nodes:  # intermediates not kept are computed again if read later
-            COUNTERS["ops_rerun"] += node.ran
+            rerun += node.ran
             node.ran = True
+        COUNTERS["ops_rerun"] += rerun
         return outputs
 
     def _call(self, leaf_arrays: list, donate: tuple[int, ...]):
