@@ -117,3 +117,24 @@ def test_buffer_updates_in_a_scanned_layer_are_refused():
     stack = nn.ModuleList([nn.BatchNorm1d(16), nn.BatchNorm1d(16)]).to("spmd")
     with pytest.raises(NotImplementedError, match="modified in place"):
         scan_layers(stack, torch.randn(4, 16).to("spmd"))
+
+
+def test_each_layers_gradient_is_a_row_taken_at_an_index_that_is_program_data():
+    # XLA:CPU compiles one kernel per distinct fusion: a row index baked in as a constant
+    # made every layer's optimizer update a kernel of its own (see layer_stack.py).
+    from torchspmd.parallel.layer_stack import ROW
+
+    cpu = layers()
+    spmd = copy.deepcopy(cpu).to("spmd")
+    x = torch.randn(4, 16)
+    scan_layers(spmd, x.to("spmd")).sum().backward()
+    loop(cpu, x).sum().backward()
+    for i, layer in enumerate(spmd):
+        node, _ = layer.up.weight.grad._h.value()
+        while node.sig.op is torch.ops.aten.detach.default:  # autograd's accumulation
+            node, _ = node.inputs[0]
+        assert node.sig.op is ROW
+        index = node.inputs[1][0]
+        assert index.is_leaf and int(index.host) == i
+    for i, layer in enumerate(spmd):  # reading a value runs the step: checked after
+        torch.testing.assert_close(layer.up.weight.grad.cpu(), cpu[i].up.weight.grad)

@@ -32,7 +32,6 @@ from typing import Any
 
 import jax
 import torch
-from jax.sharding import NamedSharding, PartitionSpec
 from torch import nn
 from torch.func import functional_call
 
@@ -40,12 +39,12 @@ from torchspmd.device.tensor import SpmdTensor
 from torchspmd.interop.jax_autograd import apply
 from torchspmd.interop.jax_op import JaxOp
 from torchspmd.interop.trace import TracedFunction, trace
-from torchspmd.sharding import state
+from torchspmd.parallel.layer_stack import stack_layers
 
 __all__ = ["scan_layers"]
 
 # TracedFunction.key -> the scan op over that body (one compiled program per body).
-_SCANS: dict[tuple, "ScanOp"] = {}
+_SCANS: dict[tuple, ScanOp] = {}
 
 
 class ScanOp(JaxOp):
@@ -57,7 +56,7 @@ class ScanOp(JaxOp):
         self.count = 1 + stacked + constants
 
     @classmethod
-    def get(cls, body: TracedFunction, stacked: int, constants: int) -> "ScanOp":
+    def get(cls, body: TracedFunction, stacked: int, constants: int) -> ScanOp:
         op = _SCANS.get(body.key)
         if op is None:
             op = _SCANS[body.key] = cls(body, stacked, constants)
@@ -100,7 +99,7 @@ def scan_layers(layers: Iterable[nn.Module], input_data: torch.Tensor) -> torch.
                         "move it to the spmd device first (t.to('spmd')).")
     first = layers[0]
     per_layer = [_named_tensors(layer) for layer in layers]
-    stacked = [_stacked([tensors[n] for tensors in per_layer]) for n in names]
+    stacked = [stack_layers([tensors[n] for tensors in per_layer]) for n in names]
 
     def body(*tensors):
         *params, h = tensors
@@ -140,13 +139,3 @@ def _check_homogeneous(layers: list[nn.Module]) -> list[str]:
                             "layers to the spmd device first (layers.to('spmd')).")
     return [n for n, _, _ in first]
 
-
-def _stacked(tensors: list[torch.Tensor]) -> torch.Tensor:
-    """``torch.stack`` of one tensor of every layer, sharded as the first one is."""
-    out = torch.stack(tensors)
-    sharding = state.jax_sharding_of(state.current_value(tensors[0]))
-    if isinstance(sharding, NamedSharding):
-        spec = PartitionSpec(None, *sharding.spec)
-        stacked = NamedSharding(sharding.mesh, spec)
-        state.annotate(out, state.constrain(state.current_value(out), stacked))
-    return out
