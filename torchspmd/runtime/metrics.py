@@ -28,6 +28,7 @@ def reset() -> None:
         step_recaptures_state=0,  # state changed outside the step (p.grad set to None...)
         step_check_misses=0,  # check_every found another path
         donated_bytes=0,  # buffers handed to a step that overwrote them
+        scan_body_traces=0,  # scan_layers: a recorded layer replayed while JAX traces a scan
     )
 
 
