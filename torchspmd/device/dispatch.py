@@ -91,8 +91,14 @@ def dispatch(func, args: tuple, kwargs: dict):
     elif schema.is_mutating:
         result = _mutate(func, schema, args, kwargs)
     elif plan.lowered:
-        node = _record(func, args, kwargs, plan)
-        result = _views(func, args, node) if schema.is_view else _wrap(func, node)
+        node = _record_flat(func, plan, _flatten(plan, args, kwargs))
+        if schema.is_view:
+            result = _views(func, args, node)
+        elif plan.form == "single":  # most ops: one tensor out, no list to build
+            meta = node.sig.outputs[0]
+            result = None if meta is None else SpmdTensor(Handle.new((node, 0), meta))
+        else:
+            result = _wrap(func, node)
     else:
         result = _decompose(func, args, kwargs)
     COUNTERS["trace_time_s"] += time.perf_counter() - start
@@ -147,7 +153,14 @@ def _flatten(plan: _Plan, args, kwargs):
     kinds = plan.kinds
     template = []
     for i, a in enumerate(args):
-        template.append(_slot(a, kinds[i] if i < len(kinds) else STATIC, inputs, metas, scalars))
+        if type(a) is SpmdTensor:  # the common case, without a call to _slot
+            handle = a._h
+            inputs.append(handle.value())
+            metas.append(handle.meta)
+            template.append(TENSOR)
+        else:
+            template.append(_slot(a, kinds[i] if i < len(kinds) else STATIC, inputs, metas,
+                                  scalars))
     kw_template = ()
     if kwargs:
         keyword = plan.keyword

@@ -21,15 +21,13 @@ Example::
 from __future__ import annotations
 
 import sys
-from collections import Counter
-
 from torchspmd.lazy.node import TensorMeta
 from torchspmd.lowering.dtypes import to_jax_dtype
 from torchspmd.runtime.aliases import shares_buffers
 from torchspmd.runtime.graph import Graph
 from torchspmd.runtime.placement import device_ids
 
-__all__ = ["exclusive", "lazy_donations", "NOT_USABLE"]
+__all__ = ["exclusive", "lazy_donations", "output_avals", "NOT_USABLE"]
 
 # JAX warns when a donated buffer matches no output; the lazy path donates only buffers
 # an output of the same shape and dtype can take, but a layout may still differ.
@@ -49,35 +47,41 @@ def exclusive(value, array, flying: set[int]) -> bool:
             and not shares_buffers(array))
 
 
-def lazy_donations(graph: Graph, inputs: list, flying: set[int]) -> tuple[int, ...]:
+def lazy_donations(graph: Graph, inputs: list, flying: set[int],
+                   avals: dict | None = None) -> tuple[int, ...]:
     """The positions in ``graph.leaves`` (and ``inputs``, their placed arrays) whose
     buffers the run of ``graph`` may donate.
 
     A leaf qualifies when, once the graph has run, no one can read it: only this graph's
     pending nodes refer to it (its tensor now holds this run's output, or was dropped),
     its array belongs to it alone, and an output of the same shape and dtype can reuse
-    the buffer. If a pending node of the graph is held from outside (a stale view, an
+    the buffer (``avals``: :func:`output_avals` of the graph, if the caller keeps them). If a pending node of the graph is held from outside (a stale view, an
     intermediate something else still needs), it may run again later and read its
     inputs: then nothing is donated.
     """
     # References each value tuple gets from inside the graph: the nodes' inputs tuples
     # and ``graph.leaves``. Anything beyond them is a holder outside this run.
-    internal: Counter = Counter()
+    # Plain dicts, not Counters: a Counter's missing key is a Python call, and this
+    # runs over every operand of every sync.
+    internal: dict[int, int] = {}
     tuples: dict[int, tuple] = {}
     for node in graph.nodes:
         for value in node.inputs:
-            internal[id(value)] += 1
-            tuples[id(value)] = value
+            key = id(value)
+            internal[key] = internal.get(key, 0) + 1
+            tuples[key] = value
     for value in graph.leaves:
-        internal[id(value)] += 1
+        key = id(value)
+        internal[key] = internal.get(key, 0) + 1
     # Per node: how many distinct value tuples that only the graph holds refer to it.
-    held: Counter = Counter()
+    held: dict[int, int] = {}
     outside: set[int] = set()
     value = node = leaf = array = placed = None  # the loops' locals, counted below
     for value in tuples.values():
         # References: ``tuples``, this local, getrefcount's argument, plus the graph's.
         if sys.getrefcount(value) == 3 + internal[id(value)]:
-            held[id(value[0])] += 1
+            key = id(value[0])
+            held[key] = held.get(key, 0) + 1
         else:
             outside.add(id(value[0]))
     value = None
@@ -86,10 +90,10 @@ def lazy_donations(graph: Graph, inputs: list, flying: set[int]) -> tuple[int, .
         if id(node) in roots:
             continue  # becomes a leaf holding its outputs: it reads no input again
         # References: ``graph.nodes``, this local, getrefcount's argument, the tuples.
-        if id(node) in outside or sys.getrefcount(node) != 3 + held[id(node)]:
+        if id(node) in outside or sys.getrefcount(node) != 3 + held.get(id(node), 0):
             return ()
     node = None
-    room = Counter(_output_avals(graph))
+    room = dict(output_avals(graph) if avals is None else avals)
     donate = []
     # Indexed, not zipped: zip and enumerate keep their last item, one more reference.
     for position in range(len(graph.leaves)):
@@ -114,7 +118,7 @@ def lazy_donations(graph: Graph, inputs: list, flying: set[int]) -> tuple[int, .
                 continue
         else:
             continue
-        if (room[aval] > 0 and sys.getrefcount(leaf) == 2 + held[id(leaf)]
+        if (room.get(aval, 0) > 0 and sys.getrefcount(leaf) == 2 + held.get(id(leaf), 0)
                 and sys.getrefcount(array) == array_refs + (id(array) in flying)
                 and not shares_buffers(array, ignore=placed)):
             room[aval] -= 1
@@ -122,12 +126,17 @@ def lazy_donations(graph: Graph, inputs: list, flying: set[int]) -> tuple[int, .
     return tuple(donate)
 
 
-def _output_avals(graph: Graph) -> list[tuple]:
-    """Shape and JAX dtype of every output the run of ``graph`` returns."""
-    avals = []
+def output_avals(graph: Graph) -> dict[tuple, int]:
+    """How many outputs of each shape and JAX dtype the run of ``graph`` returns.
+
+    Structural (the graph key fixes it), so a program works it out once.
+    Example: ``output_avals(graph)[((4, 8), jnp.float32)] == 2``.
+    """
+    avals: dict[tuple, int] = {}
     for root, outs in zip(graph.roots, graph.wanted):
         for i in outs:
             meta = root.sig.outputs[i]
             if isinstance(meta, TensorMeta):
-                avals.append((tuple(meta.shape), to_jax_dtype(meta.dtype)))
+                aval = (tuple(meta.shape), to_jax_dtype(meta.dtype))
+                avals[aval] = avals.get(aval, 0) + 1
     return avals

@@ -146,7 +146,14 @@ def _placements(graph, parts: _Parts) -> list[tuple[tuple[int, ...] | None, list
     """
     groups: dict = {}
     for roots, leaves, constraints in zip(parts.roots, parts.leaves, parts.annotations):
-        shardings = [s for s in (_leaf_sharding(*graph.leaves[i]) for i in leaves) if s is not None]
+        # Distinct objects only: a step's leaves share a few shardings, and comparing
+        # each against the device set hashes it (Python code in JAX).
+        distinct = {}
+        for i in leaves:
+            s = _leaf_sharding(*graph.leaves[i])
+            if s is not None:
+                distinct[id(s)] = s
+        shardings = list(distinct.values())
         target = placement.target_devices(shardings, constraints)
         groups.setdefault(target, []).extend(roots)
     return list(groups.items())
@@ -219,7 +226,7 @@ def execute(roots: list[Node], wanted: dict | None = None) -> None:
     else:
         COUNTERS["cache_hits"] += 1
     # Leaves only this run reads (state it overwrites) give their buffers to it.
-    donate = lazy_donations(graph, inputs, in_flight_ids())
+    donate = lazy_donations(graph, inputs, in_flight_ids(), program.output_avals)
     if donate:
         COUNTERS["donated_bytes"] += sum(inputs[i].nbytes for i in donate)
     try:

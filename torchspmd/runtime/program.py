@@ -18,7 +18,7 @@ from torchspmd.lowering import LOWERINGS, RANDOM_OPS
 from torchspmd.lowering.annotations import SHARD_TO_FULL, SHARDING_CONSTRAINT
 from torchspmd.lowering.dtypes import to_jax_dtype
 from torchspmd.runtime import transfer
-from torchspmd.runtime.donation import NOT_USABLE
+from torchspmd.runtime.donation import NOT_USABLE, output_avals
 from torchspmd.runtime.graph import Graph
 from torchspmd.runtime.manual import check_region, manual_steps, run_region
 from torchspmd.runtime.memory import check_fits
@@ -42,6 +42,7 @@ class Program:
         # list of scalars, worked out once rather than filtered on every run.
         self.vector_positions = [[i for i, k in enumerate(self.scalar_kinds) if k is kind]
                                  for kind in _KINDS]
+        self.output_avals = output_avals(graph)  # what donated buffers may become
         self.manual = manual_steps(self.steps)
         check_region(self.steps, self.manual, self.roots)
         # A graph that reads no data and names no sharding (factory ops only) would run
