@@ -47,6 +47,21 @@ def test_forward_and_every_layers_gradients_match_the_loop_on_cpu(checkpoint):
         torch.testing.assert_close(q.grad.cpu(), p.grad, msg=name)
 
 
+@pytest.mark.parametrize("checkpoint", [True, False])
+def test_second_derivatives_match_the_loop_on_cpu(checkpoint):
+    # create_graph=True differentiates the scan's gradient and each layer's row of it.
+    cpu = layers(n=2, dim=8)
+    spmd = copy.deepcopy(cpu).to("spmd")
+    x = torch.randn(4, 8)
+    for stack, out in ((cpu, loop(cpu, x)), (spmd, scan_layers(spmd, x.to("spmd"),
+                                                                checkpoint=checkpoint))):
+        grads = torch.autograd.grad(out.square().sum(), list(stack.parameters()),
+                                    create_graph=True)
+        sum(g.square().sum() for g in grads).backward()
+    for (name, p), q in zip(cpu.named_parameters(), spmd.parameters()):
+        torch.testing.assert_close(q.grad.cpu(), p.grad, rtol=1e-4, atol=1e-5, msg=name)
+
+
 def test_transformer_blocks_train_like_the_loop():
     cpu = layers(Block, n=2, dim=16, heads=2)
     spmd = copy.deepcopy(cpu).to("spmd")
