@@ -179,3 +179,32 @@ def test_each_layers_gradient_is_a_row_taken_at_an_index_that_is_program_data():
         assert index.is_leaf and int(index.host) == i
     for i, layer in enumerate(spmd):  # reading a value runs the step: checked after
         torch.testing.assert_close(layer.up.weight.grad.cpu(), cpu[i].up.weight.grad)
+
+
+def test_a_compiled_step_with_scanned_layers_trains_like_the_loop_on_cpu():
+    # The gradient's row indices are host scalars made during backward: a captured step
+    # must replay them as the same rows every call.
+    cpu = layers(n=3, dim=8)
+    spmd = copy.deepcopy(cpu).to("spmd")
+    opt_cpu = torch.optim.SGD(cpu.parameters(), lr=0.1)
+    opt_spmd = torch.optim.SGD(spmd.parameters(), lr=0.1)
+
+    @torchspmd.compile
+    def step(x):
+        loss = scan_layers(spmd, x).square().mean()
+        loss.backward()
+        opt_spmd.step()
+        opt_spmd.zero_grad()
+        return loss
+
+    replays = torchspmd.metrics()["step_replays"]
+    for i in range(3):
+        x = torch.randn(4, 8, generator=torch.Generator().manual_seed(i))
+        expected = loop(cpu, x).square().mean()
+        expected.backward()
+        opt_cpu.step()
+        opt_cpu.zero_grad()
+        torch.testing.assert_close(step(x.to("spmd")).detach().cpu(), expected.detach())
+    assert torchspmd.metrics()["step_replays"] - replays >= 1
+    for p, q in zip(cpu.parameters(), spmd.parameters()):
+        torch.testing.assert_close(q.detach().cpu(), p.detach())

@@ -9,10 +9,13 @@ Route, and why: one layer's forward is recorded on placeholder spmd tensors
 (``interop.trace``: the device's own recording and lowering table, so every op the device
 runs works here, sharding constraints included), and the scan over the stacked parameters
 becomes one :class:`~torchspmd.interop.call_jax.JaxOp` node. Its gradient is ``jax.vjp`` of
-the scan (a reverse scan), reusing call_jax's autograd. The parameters enter as
-``torch.stack`` of the layers' own parameters, so autograd delivers each layer's slice of
-the stacked gradient to that layer's ``.grad``; a stacked parameter is sharded as the
-first layer's parameter was, with the layer axis unsharded.
+the scan (a reverse scan), reusing call_jax's autograd; by default the body is
+``jax.checkpoint``-ed, so the reverse scan recomputes each layer from its input rather
+than reading residuals stacked by the forward scan (faster to compile and to run on
+XLA:CPU). The parameters enter as a stack of the layers' own parameters
+(``layer_stack.stack_layers``), so autograd delivers each layer's row of the stacked
+gradient to that layer's ``.grad``; a stacked parameter is sharded as the first layer's
+parameter was, with the layer axis unsharded.
 
 Limits (each raises a clear error): no random ops in the layers (dropout), no in-place
 updates of buffers, no manual-sharding regions; tensors the layer captures from outside
