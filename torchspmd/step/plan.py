@@ -10,7 +10,8 @@ is donated instead, so no one ever sees "Array has been deleted".
 Example::
 
     plan = Plan(captured)
-    result = plan(arg_tensors)      # one jitted call, outputs written back in place
+    run = plan(arg_tensors)                    # one jitted call, returning at once
+    result = plan.write_back(run, arg_tensors)  # outputs into the step's objects
 """
 
 from __future__ import annotations
@@ -78,6 +79,7 @@ class Plan:
                               donate_argnums=(0,))
         self.compiled = None
         self.memory = None  # XLA's memory analysis of the compiled program
+        self._spent = None  # the latest call's input values (see __call__)
 
     # --- built once ---------------------------------------------------------------------
 
@@ -172,6 +174,9 @@ class Plan:
         return values
 
     def __call__(self, args: list[SpmdTensor], first: bool = False):
+        # The last call's inputs, spent (donated) or replaced by now: freed here rather
+        # than while that call's program ran, when their deallocation competed with it.
+        self._spent = None
         values = self.inputs(args, first)
         arrays = [v[0].arrays[v[1]] for v in values]
         flying = execute.in_flight_ids()
@@ -184,10 +189,10 @@ class Plan:
             else:  # someone else holds this buffer: donate a copy
                 donated.append(jnp.copy(placed[i]))
         kept = [placed[i] for i in self.kept]
-        del values, arrays
         if not first:
             for place in self.regrads:
                 place.set(None)
+        fresh = self._fresh()
         if self.compiled is None:
             self._compile(donated, kept, self._host_vectors())
         outputs = self.compiled(donated, kept, *self._vectors())
@@ -195,7 +200,8 @@ class Plan:
         COUNTERS["donated_bytes"] += sum(n for n, alone in zip(self._donated_bytes, exclusive)
                                          if alone)
         execute.note_in_flight(outputs[:1])
-        return outputs, placed
+        self._spent = (values, arrays, donated)
+        return outputs, placed, fresh
 
     def _placed(self, arrays: list) -> list:
         """``arrays`` on the program's devices, in id order; an array already laid out as
@@ -250,16 +256,36 @@ class Plan:
         self._device_vectors = [v if layout is None else jax.device_put(v, layout)
                                 for v, layout in zip(vectors, layouts)]
 
-    def write_back(self, outputs: list, placed: list, args: list[SpmdTensor]):
-        """Put each output where the step put it; the call's result."""
-        captured = self.captured
-        results = list(captured.result_leaves)
-        for i, (target, ref, sig) in enumerate(zip(captured.targets, self.refs, self.sigs)):
-            array = outputs[ref[1]] if ref[0] == "out" else placed[ref[1]]
+    def _fresh(self) -> list:
+        """For each output: its new value (the array filled in after the call) and, for a
+        filled slot or a result, its new tensor. Built before the program starts: host
+        work done while it runs competes with it for the host's cores."""
+        fresh = []
+        for target, ref, sig in zip(self.captured.targets, self.refs, self.sigs):
             node = Node(sig)
             node.arrays = [None] * len(sig.outputs)
-            node.arrays[ref[2]] = array
             value = (node, ref[2])
+            tensor = None
+            if target[0] == "place":
+                requires_grad, cls = target[2]
+                tensor = SpmdTensor(Handle.new(value, sig.outputs[ref[2]]),
+                                    requires_grad=requires_grad)
+                if cls is not SpmdTensor:  # nn.Parameter
+                    tensor = cls(tensor, requires_grad=requires_grad)
+            elif target[0] == "return":
+                tensor = SpmdTensor(Handle.new(value, sig.outputs[ref[2]]))
+            fresh.append((value, tensor))
+        return fresh
+
+    def write_back(self, run: tuple, args: list[SpmdTensor]):
+        """Put each output of ``run`` (what ``__call__`` returned) where the step put it;
+        the call's result."""
+        outputs, placed, fresh = run
+        captured = self.captured
+        results = list(captured.result_leaves)
+        for i, (target, ref, (value, tensor)) in enumerate(zip(captured.targets, self.refs,
+                                                              fresh)):
+            value[0].arrays[value[1]] = outputs[ref[1]] if ref[0] == "out" else placed[ref[1]]
             kind = target[0]
             if kind == "storage":
                 storage = target[1]()
@@ -268,16 +294,10 @@ class Plan:
             elif kind == "arg":
                 args[target[1]]._h.storage.set(value)
             elif kind == "place":
-                requires_grad, cls = target[2]
-                new = SpmdTensor(Handle.new(value, sig.outputs[ref[2]]),
-                                 requires_grad=requires_grad)
-                if cls is not SpmdTensor:  # nn.Parameter
-                    new = cls(new, requires_grad=requires_grad)
-                target[1].set(new)
+                target[1].set(tensor)
                 source = captured.substitutions.get(i)
                 if source is not None:  # later calls read the slot's new tensor
-                    self.sources[source] = ("storage", weakref.ref(new._h.storage))
+                    self.sources[source] = ("storage", weakref.ref(tensor._h.storage))
             else:
-                results[target[1]] = SpmdTensor(Handle.new(value, sig.outputs[ref[2]]))
+                results[target[1]] = tensor
         return tree_unflatten(results, captured.result_spec)
-
