@@ -1,6 +1,7 @@
 """Buffer donation: state the step overwrites gives its buffer to the step, unless another
 tensor still holds that buffer (then the step gets a copy and the other tensor is intact)."""
 
+import pytest
 import torch
 
 import torchspmd as xs
@@ -79,3 +80,23 @@ def test_a_step_that_returns_a_parameter_keeps_both_readable():
     assert [o[0].cpu()[0].item() for o in outs] == [2.0, 4.0, 8.0, 16.0]
     assert [o[1].cpu()[0].item() for o in outs] == [2.0, 4.0, 8.0, 16.0]
     torch.testing.assert_close(w.cpu(), torch.full((3,), 16.0))
+
+
+def test_a_program_that_fails_to_start_leaves_the_state_as_it_was():
+    model, step, data = _trained()
+    for x, y in data[:3]:
+        step(*on_device(x, y))
+    before = [p.detach().cpu() for p in model.parameters()]
+    plan = step._last
+
+    def failing(*args):
+        raise RuntimeError("device lost")
+
+    compiled, plan.compiled = plan.compiled, failing
+    try:
+        with pytest.raises(RuntimeError, match="device lost"):
+            step(*on_device(*data[3]))
+    finally:
+        plan.compiled = compiled
+    for p, expected in zip(model.parameters(), before):
+        torch.testing.assert_close(p.detach().cpu(), expected)

@@ -192,10 +192,17 @@ class Plan:
         if not first:
             for place in self.regrads:
                 place.set(None)
-        fresh = self._fresh()
+        fresh = self._fresh(placed)
         if self.compiled is None:
             self._compile(donated, kept, self._host_vectors())
-        outputs = self.compiled(donated, kept, *self._vectors())
+        # State takes its new values before the program starts (their arrays are filled
+        # in when it returns): less host work while it runs.
+        replaced = self._install(fresh, args)
+        try:
+            outputs = self.compiled(donated, kept, *self._vectors())
+        except BaseException:
+            self._install(replaced, args)
+            raise
         COUNTERS["executions"] += 1
         COUNTERS["donated_bytes"] += sum(n for n, alone in zip(self._donated_bytes, exclusive)
                                          if alone)
@@ -256,14 +263,17 @@ class Plan:
         self._device_vectors = [v if layout is None else jax.device_put(v, layout)
                                 for v, layout in zip(vectors, layouts)]
 
-    def _fresh(self) -> list:
-        """For each output: its new value (the array filled in after the call) and, for a
-        filled slot or a result, its new tensor. Built before the program starts: host
-        work done while it runs competes with it for the host's cores."""
+    def _fresh(self, placed: list) -> list:
+        """For each output: its new value (the array filled in after the call, unless it is
+        an input handed back unchanged) and, for a filled slot or a result, its new
+        tensor. Built before the program starts: host work done while it runs competes
+        with it for the host's cores."""
         fresh = []
         for target, ref, sig in zip(self.captured.targets, self.refs, self.sigs):
             node = Node(sig)
             node.arrays = [None] * len(sig.outputs)
+            if ref[0] == "in":
+                node.arrays[ref[2]] = placed[ref[1]]
             value = (node, ref[2])
             tensor = None
             if target[0] == "place":
@@ -277,27 +287,34 @@ class Plan:
             fresh.append((value, tensor))
         return fresh
 
+    def _install(self, fresh: list, args: list[SpmdTensor]) -> list:
+        """Put each new value in the storage the step wrote; returns what they held."""
+        replaced = []
+        for target, (value, tensor) in zip(self.captured.targets, fresh):
+            kind = target[0]
+            storage = (target[1]() if kind == "storage" else
+                       args[target[1]]._h.storage if kind == "arg" else None)
+            replaced.append((storage.value if storage is not None else None, tensor))
+            if storage is not None and value is not None:
+                storage.set(value)
+        return replaced
+
     def write_back(self, run: tuple, args: list[SpmdTensor]):
-        """Put each output of ``run`` (what ``__call__`` returned) where the step put it;
-        the call's result."""
+        """Finish the step's writes from ``run`` (what ``__call__`` returned): arrays into
+        the new values, new tensors into their slots; the call's result."""
         outputs, placed, fresh = run
         captured = self.captured
         results = list(captured.result_leaves)
         for i, (target, ref, (value, tensor)) in enumerate(zip(captured.targets, self.refs,
                                                               fresh)):
-            value[0].arrays[value[1]] = outputs[ref[1]] if ref[0] == "out" else placed[ref[1]]
+            if ref[0] == "out":
+                value[0].arrays[value[1]] = outputs[ref[1]]
             kind = target[0]
-            if kind == "storage":
-                storage = target[1]()
-                if storage is not None:
-                    storage.set(value)
-            elif kind == "arg":
-                args[target[1]]._h.storage.set(value)
-            elif kind == "place":
+            if kind == "place":
                 target[1].set(tensor)
                 source = captured.substitutions.get(i)
                 if source is not None:  # later calls read the slot's new tensor
                     self.sources[source] = ("storage", weakref.ref(tensor._h.storage))
-            else:
+            elif kind == "return":
                 results[target[1]] = tensor
         return tree_unflatten(results, captured.result_spec)
