@@ -38,25 +38,24 @@ import os
 import statistics
 import sys
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 
 import numpy as np
 import rich.console
 import rich.table
 import torch
-import torch.distributed.checkpoint as dcp
 from tqdm import tqdm
 
 import torchspmd
 import torchspmd.debug
 import torchspmd.runtime
-from torchspmd.checkpoint import SPMDLoadPlanner, SPMDSavePlanner, prime_optimizer
 from torchspmd.data import ShardedLoader
 from torchspmd.sharding import Mesh, ShardingSpec, get_sharding, mark_sharding
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # for gpt.py beside this file
 from gpt import (AXES, GPT, STRATEGIES, CharTokenizer, GPTConfig, TokenBatches,  # noqa: E402
                  batch_spec, lm_loss, make_corpus, param_spec)
+from gpt_checkpoint import checkpoint_config, load_checkpoint, save_checkpoint  # noqa: E402
 
 CORPUS_CHARS = 200_000
 MAX_COMPILES = 3
@@ -194,40 +193,6 @@ def shard_activations(model: GPT, mesh: Mesh, strategy: str) -> None:
 def _to_cpu(tree):
     return torch.utils._pytree.tree_map(
         lambda t: t.detach().cpu() if isinstance(t, torch.Tensor) else t, tree)
-
-
-def _checkpoint_state(model: GPT, opt: torch.optim.Optimizer, step: int) -> dict:
-    """What a checkpoint holds; DCP saves it, and loads into it in place."""
-    return {"config": json.dumps(asdict(model.config)), "step": step,
-            "model": model.state_dict(), "optimizer": opt.state_dict(),
-            "rng": {"cpu": torch.get_rng_state(),
-                    "spmd": torch.get_device_module("spmd").get_rng_state()}}
-
-
-def save_checkpoint(path: str, model: GPT, opt: torch.optim.Optimizer, step: int) -> None:
-    """A sharded checkpoint of the model, optimizer, next step and RNG states: each
-    process writes the shards it owns (every process calls this)."""
-    dcp.save(_checkpoint_state(model, opt, step), checkpoint_id=path, planner=SPMDSavePlanner())
-
-
-def checkpoint_config(path: str) -> GPTConfig:
-    """The model configuration stored in the checkpoint at ``path``."""
-    state = {"config": ""}
-    dcp.load(state, checkpoint_id=path, planner=SPMDLoadPlanner(allow_partial_load=True))
-    return GPTConfig(**json.loads(state["config"]))
-
-
-def load_checkpoint(path: str, model: GPT, opt: torch.optim.Optimizer) -> int:
-    """Load the checkpoint at ``path`` into the sharded ``model`` and ``opt`` (each tensor
-    keeps its sharding) and restore the RNG states; returns the step to continue from."""
-    prime_optimizer(opt)  # AdamW's state exists only after a step; DCP loads in place
-    state = _checkpoint_state(model, opt, 0)
-    dcp.load(state, checkpoint_id=path, planner=SPMDLoadPlanner())
-    model.load_state_dict(state["model"])
-    opt.load_state_dict(state["optimizer"])
-    torch.set_rng_state(state["rng"]["cpu"])
-    torch.get_device_module("spmd").set_rng_state(state["rng"]["spmd"])
-    return state["step"]
 
 
 # --- training --------------------------------------------------------------------------

@@ -53,3 +53,12 @@ def test_capacity_comes_from_the_environment(monkeypatch):
 def test_a_capacity_below_one_is_refused():
     with pytest.raises(ValueError, match="a cache capacity must be an int >= 1, got 0"):
         torchspmd.set_compile_cache_size(0)
+
+
+def test_compile_cpu_time_is_counted_for_compiles_only():
+    before = torchspmd.metrics()["compile_cpu_s"]
+    _step(131)  # a new graph: traced and compiled
+    compiled = torchspmd.metrics()["compile_cpu_s"]
+    assert compiled > before
+    _step(131)  # the same graph again: a cache hit adds nothing
+    assert torchspmd.metrics()["compile_cpu_s"] == compiled

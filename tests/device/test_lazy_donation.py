@@ -137,7 +137,9 @@ def test_a_lazy_adamw_step_holds_one_copy_of_parameters_and_state():
     assert memory.alias_size_in_bytes >= donated
     peak = (memory.argument_size_in_bytes + memory.output_size_in_bytes
             - memory.alias_size_in_bytes)
-    assert peak <= live  # one copy of the state; without donation, live + donated
+    # One copy of the state, plus the step's small outputs and scalars (the loss, the
+    # learning rate); without donation it would be live + donated.
+    assert peak < live + donated // 10
 
 
 def test_a_sub_mesh_copy_that_lends_the_buffers_keeps_its_value():

@@ -33,17 +33,33 @@ def loop(stack, x):
     return x
 
 
-def test_forward_and_every_layers_gradients_match_the_loop_on_cpu():
+@pytest.mark.parametrize("checkpoint", [True, False])
+def test_forward_and_every_layers_gradients_match_the_loop_on_cpu(checkpoint):
     cpu = layers()
     spmd = copy.deepcopy(cpu).to("spmd")
     x = torch.randn(4, 5, 16)
     expected = loop(cpu, x)
     expected.square().mean().backward()
-    out = scan_layers(spmd, x.to("spmd"))
+    out = scan_layers(spmd, x.to("spmd"), checkpoint=checkpoint)
     out.square().mean().backward()
     torch.testing.assert_close(out.cpu(), expected.detach())
     for (name, p), q in zip(cpu.named_parameters(), spmd.parameters()):
         torch.testing.assert_close(q.grad.cpu(), p.grad, msg=name)
+
+
+@pytest.mark.parametrize("checkpoint", [True, False])
+def test_second_derivatives_match_the_loop_on_cpu(checkpoint):
+    # create_graph=True differentiates the scan's gradient and each layer's row of it.
+    cpu = layers(n=2, dim=8)
+    spmd = copy.deepcopy(cpu).to("spmd")
+    x = torch.randn(4, 8)
+    for stack, out in ((cpu, loop(cpu, x)), (spmd, scan_layers(spmd, x.to("spmd"),
+                                                                checkpoint=checkpoint))):
+        grads = torch.autograd.grad(out.square().sum(), list(stack.parameters()),
+                                    create_graph=True)
+        sum(g.square().sum() for g in grads).backward()
+    for (name, p), q in zip(cpu.named_parameters(), spmd.parameters()):
+        torch.testing.assert_close(q.grad.cpu(), p.grad, rtol=1e-4, atol=1e-5, msg=name)
 
 
 def test_transformer_blocks_train_like_the_loop():
@@ -67,15 +83,40 @@ def test_transformer_blocks_train_like_the_loop():
 def test_every_step_after_the_first_reuses_the_compiled_program():
     spmd = layers().to("spmd")
     x = torch.randn(4, 16)
-    scan_layers(spmd, x.to("spmd")).sum().backward()
-    spmd.zero_grad()  # the next steps then record the very same graph
-    torchspmd.sync()
-    before = torchspmd.metrics()["graphs_compiled"]
+    for _ in range(2):  # the first step's parameters are host data, the second's device data
+        scan_layers(spmd, x.to("spmd")).sum().backward()
+        torchspmd.sync()  # runs the step (the gradients are live)
+        spmd.zero_grad()  # the next steps then record the very same graph
+    before = [torchspmd.metrics()[k] for k in ("graphs_compiled", "executions")]
     for _ in range(2):
         scan_layers(spmd, x.to("spmd")).sum().backward()
-        spmd.zero_grad()
         torchspmd.sync()
-    assert torchspmd.metrics()["graphs_compiled"] == before
+        spmd.zero_grad()
+    after = [torchspmd.metrics()[k] for k in ("graphs_compiled", "executions")]
+    assert after[0] == before[0] and after[1] >= before[1] + 2
+
+
+def test_the_layer_is_replayed_into_jax_once_per_compiled_program():
+    # Not per layer, and not again for the gradient: the backward reuses the forward's
+    # trace (its residuals, or its checkpoint); a step reusing a program replays nothing.
+    spmd = layers(n=4).to("spmd")
+    x = torch.randn(4, 16).to("spmd")
+
+    def step(loss):
+        loss(scan_layers(spmd, x)).backward()
+        torchspmd.sync()  # runs the step: the gradients are live
+        spmd.zero_grad()
+
+    def counts():
+        return [torchspmd.metrics()[k] for k in ("scan_body_traces", "graphs_compiled")]
+
+    step(torch.sum)  # the scan's shape inference (one replay) happens here, once
+    before = counts()
+    step(lambda h: h.square().sum())  # same scan op, a new program around it
+    after = counts()
+    assert after[1] - before[1] == 1 and after[0] - before[0] == 1
+    step(lambda h: h.square().sum())
+    assert counts() == after
 
 
 def test_stacked_parameters_are_sharded_as_the_layers_were():
@@ -117,3 +158,53 @@ def test_buffer_updates_in_a_scanned_layer_are_refused():
     stack = nn.ModuleList([nn.BatchNorm1d(16), nn.BatchNorm1d(16)]).to("spmd")
     with pytest.raises(NotImplementedError, match="modified in place"):
         scan_layers(stack, torch.randn(4, 16).to("spmd"))
+
+
+def test_each_layers_gradient_is_a_row_taken_at_an_index_that_is_program_data():
+    # XLA:CPU compiles one kernel per distinct fusion: a row index baked in as a constant
+    # made every layer's optimizer update a kernel of its own (see layer_stack.py).
+    from torchspmd.parallel.layer_stack import ROW
+
+    cpu = layers()
+    spmd = copy.deepcopy(cpu).to("spmd")
+    x = torch.randn(4, 16)
+    scan_layers(spmd, x.to("spmd")).sum().backward()
+    loop(cpu, x).sum().backward()
+    for i, layer in enumerate(spmd):
+        node, _ = layer.up.weight.grad._h.value()
+        while node.sig.op is torch.ops.aten.detach.default:  # autograd's accumulation
+            node, _ = node.inputs[0]
+        assert node.sig.op is ROW
+        index = node.inputs[1][0]
+        assert index.is_leaf and int(index.host) == i
+    for i, layer in enumerate(spmd):  # reading a value runs the step: checked after
+        torch.testing.assert_close(layer.up.weight.grad.cpu(), cpu[i].up.weight.grad)
+
+
+def test_a_compiled_step_with_scanned_layers_trains_like_the_loop_on_cpu():
+    # The gradient's row indices are host scalars made during backward: a captured step
+    # must replay them as the same rows every call.
+    cpu = layers(n=3, dim=8)
+    spmd = copy.deepcopy(cpu).to("spmd")
+    opt_cpu = torch.optim.SGD(cpu.parameters(), lr=0.1)
+    opt_spmd = torch.optim.SGD(spmd.parameters(), lr=0.1)
+
+    @torchspmd.compile
+    def step(x):
+        loss = scan_layers(spmd, x).square().mean()
+        loss.backward()
+        opt_spmd.step()
+        opt_spmd.zero_grad()
+        return loss
+
+    replays = torchspmd.metrics()["step_replays"]
+    for i in range(3):
+        x = torch.randn(4, 8, generator=torch.Generator().manual_seed(i))
+        expected = loop(cpu, x).square().mean()
+        expected.backward()
+        opt_cpu.step()
+        opt_cpu.zero_grad()
+        torch.testing.assert_close(step(x.to("spmd")).detach().cpu(), expected.detach())
+    assert torchspmd.metrics()["step_replays"] - replays >= 1
+    for p, q in zip(cpu.parameters(), spmd.parameters()):
+        torch.testing.assert_close(q.detach().cpu(), p.detach())

@@ -1,6 +1,7 @@
 """Buffer donation: state the step overwrites gives its buffer to the step, unless another
 tensor still holds that buffer (then the step gets a copy and the other tensor is intact)."""
 
+import pytest
 import torch
 
 import torchspmd as xs
@@ -50,6 +51,23 @@ def test_tensors_kept_from_earlier_steps_stay_readable():
     torch.testing.assert_close(kept[0][1].cpu(), model[2].bias.detach().cpu())  # a view: live
 
 
+def test_gradients_kept_from_each_step_hold_that_steps_values_as_on_cpu():
+    def grads_per_step(device):
+        model = mlp(device)
+        opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+        step = train_step(model, opt)
+        if device != "cpu":
+            step = xs.compile(step)
+        kept = []
+        for x, y in batches(5):
+            step(x.to(device), y.to(device))
+            kept.append(model[0].weight.grad)  # the next step drops it from .grad
+        return [g.cpu() for g in kept]
+
+    for got, expected in zip(grads_per_step(DEVICE), grads_per_step("cpu")):
+        torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-6)
+
+
 def test_a_step_that_returns_a_parameter_keeps_both_readable():
     w = torch.ones(3).to(DEVICE)
 
@@ -62,3 +80,23 @@ def test_a_step_that_returns_a_parameter_keeps_both_readable():
     assert [o[0].cpu()[0].item() for o in outs] == [2.0, 4.0, 8.0, 16.0]
     assert [o[1].cpu()[0].item() for o in outs] == [2.0, 4.0, 8.0, 16.0]
     torch.testing.assert_close(w.cpu(), torch.full((3,), 16.0))
+
+
+def test_a_program_that_fails_to_start_leaves_the_state_as_it_was():
+    model, step, data = _trained()
+    for x, y in data[:3]:
+        step(*on_device(x, y))
+    before = [p.detach().cpu() for p in model.parameters()]
+    plan = step._last
+
+    def failing(*args):
+        raise RuntimeError("device lost")
+
+    compiled, plan.compiled = plan.compiled, failing
+    try:
+        with pytest.raises(RuntimeError, match="device lost"):
+            step(*on_device(*data[3]))
+    finally:
+        plan.compiled = compiled
+    for p, expected in zip(model.parameters(), before):
+        torch.testing.assert_close(p.detach().cpu(), expected)

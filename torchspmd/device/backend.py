@@ -19,7 +19,7 @@ from torchspmd.device.guard import DeviceGuard
 from torchspmd.device.guard import install as install_backward_errors
 from torchspmd.lowering import LOWERINGS
 from torchspmd.device.tensor import SpmdTensor, check_device_index
-from torchspmd.device import autocast, checkpoint_fence, tied_parameters
+from torchspmd.device import attention, autocast, checkpoint_fence, tied_parameters
 from torchspmd.jax_setup import devices
 from torchspmd.lazy.node import TensorMeta
 from torchspmd.runtime import rng
@@ -135,6 +135,7 @@ def register() -> None:
     tied_parameters.install()
     checkpoint_fence.install()
     autocast.install()
+    attention.install()
     _LIBRARY = torch.library.Library("aten", "IMPL")
     _LIBRARY.impl("empty.memory_format", _empty, "PrivateUse1")
     _LIBRARY.impl("empty_strided", _empty_strided, "PrivateUse1")

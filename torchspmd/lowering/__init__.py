@@ -1,11 +1,11 @@
 """aten -> JAX lowerings: importing this package fills ``registry.LOWERINGS``."""
 
 from torchspmd.lowering import (activations, annotations, barrier, bessel,  # noqa: F401
-                                conv, distances, elementwise, embedding_bag, factorizations,
+                                binary, conv, distances, embedding_bag, factorizations,
                                 factory, fft, foreach, indexing, ldl, linalg, logaddexp, nn,
                                 normalization, order_statistics, orthogonal_polynomials, pool3d,
-                                random, reductions, shape, sized, solvers, special, upsample,
-                                zeta)
+                                random, reductions, shape, sized, solvers, special, unary,
+                                upsample, zeta)
 from torchspmd.lowering import (fractional_pool, histograms, margin_losses,  # noqa: F401
                                 segments)
 from torchspmd.lowering.registry import LOWERINGS, RANDOM_OPS, lowers

@@ -10,7 +10,8 @@ scalar per tensor (item ``i``), ``S`` the same value for all.
 import jax.numpy as jnp
 import torch
 
-import torchspmd.lowering.elementwise  # noqa: F401  (the per-tensor lowerings used below)
+import torchspmd.lowering.binary  # noqa: F401  (the per-tensor lowerings used below)
+import torchspmd.lowering.unary  # noqa: F401
 from torchspmd.lowering._common import opmath
 from torchspmd.lowering.reductions import vector_norm
 from torchspmd.lowering.registry import LOWERINGS, lowers

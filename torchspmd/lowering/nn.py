@@ -172,9 +172,9 @@ def binary_cross_entropy_with_logits(meta, self, target, weight=None, pos_weight
 
 # ---------------------------------------------------------------- attention
 #
-# On the spmd device F.scaled_dot_product_attention takes the math path (it decomposes into
-# bmm/_safe_softmax/...). The fused CPU kernel below is what CPU tensors reach (e.g. when a
-# graph is traced from CPU tensors under a dispatch mode); dropout_p is always 0 there.
+# F.scaled_dot_product_attention reaches the fused CPU kernel's ops on the spmd device too
+# (``device/attention.py``: without dropout or grouped-query heads, 4-D inputs), as CPU
+# tensors do; 4-D einsums keep batch and heads apart for the partitioner.
 
 
 def _sdpa(q, k, v, attn_mask, is_causal, scale):
@@ -193,7 +193,9 @@ def _sdpa(q, k, v, attn_mask, is_causal, scale):
 @lowers(aten._scaled_dot_product_flash_attention_for_cpu.default)
 def _scaled_dot_product_flash_attention_for_cpu(meta, query, key, value, dropout_p=0.0, is_causal=False, *,
                                                 attn_mask=None, scale=None):
-    assert dropout_p == 0.0, "torchspmd: the fused CPU SDPA kernel is only reached without dropout"
+    if float(dropout_p) != 0.0:  # spmd SDPA takes this kernel only without dropout
+        raise NotImplementedError("torchspmd: _scaled_dot_product_flash_attention_for_cpu with "
+                                  "dropout; call F.scaled_dot_product_attention instead")
     acc = opmath(meta[0].dtype)
     return _outs(meta, _sdpa(query.astype(acc), key.astype(acc), value.astype(acc), attn_mask, is_causal, scale))
 

@@ -9,10 +9,13 @@ Route, and why: one layer's forward is recorded on placeholder spmd tensors
 (``interop.trace``: the device's own recording and lowering table, so every op the device
 runs works here, sharding constraints included), and the scan over the stacked parameters
 becomes one :class:`~torchspmd.interop.call_jax.JaxOp` node. Its gradient is ``jax.vjp`` of
-the scan (a reverse scan), reusing call_jax's autograd. The parameters enter as
-``torch.stack`` of the layers' own parameters, so autograd delivers each layer's slice of
-the stacked gradient to that layer's ``.grad``; a stacked parameter is sharded as the
-first layer's parameter was, with the layer axis unsharded.
+the scan (a reverse scan), reusing call_jax's autograd; by default the body is
+``jax.checkpoint``-ed, so the reverse scan recomputes each layer from its input rather
+than reading residuals stacked by the forward scan (faster to compile and to run on
+XLA:CPU). The parameters enter as a stack of the layers' own parameters
+(``layer_stack.stack_layers``), so autograd delivers each layer's row of the stacked
+gradient to that layer's ``.grad``; a stacked parameter is sharded as the first layer's
+parameter was, with the layer axis unsharded.
 
 Limits (each raises a clear error): no random ops in the layers (dropout), no in-place
 updates of buffers, no manual-sharding regions; tensors the layer captures from outside
@@ -32,7 +35,6 @@ from typing import Any
 
 import jax
 import torch
-from jax.sharding import NamedSharding, PartitionSpec
 from torch import nn
 from torch.func import functional_call
 
@@ -40,36 +42,47 @@ from torchspmd.device.tensor import SpmdTensor
 from torchspmd.interop.jax_autograd import apply
 from torchspmd.interop.jax_op import JaxOp
 from torchspmd.interop.trace import TracedFunction, trace
-from torchspmd.sharding import state
+from torchspmd.parallel.layer_stack import stack_layers
+from torchspmd.runtime.metrics import COUNTERS
 
 __all__ = ["scan_layers"]
 
-# TracedFunction.key -> the scan op over that body (one compiled program per body).
-_SCANS: dict[tuple, "ScanOp"] = {}
+# (TracedFunction.key, checkpoint) -> the scan op over that body (one program per body).
+_SCANS: dict[tuple, ScanOp] = {}
 
 
 class ScanOp(JaxOp):
-    """``(hidden, *stacked, *constants) -> hidden``: ``body`` scanned over the stack's axis 0."""
+    """``(hidden, *stacked, *constants) -> hidden``: ``body`` scanned over the stack's axis 0.
 
-    def __init__(self, body: TracedFunction, stacked: int, constants: int):
+    With ``checkpoint`` the body is ``jax.checkpoint``-ed: the gradient's reverse scan
+    recomputes each layer's forward from the layer's input instead of reading residuals
+    that the forward scan saved (see :func:`scan_layers`).
+    """
+
+    def __init__(self, body: TracedFunction, stacked: int, constants: int, checkpoint: bool):
         super().__init__(f"scan_layers({stacked} stacked tensors)")
-        self.body, self.stacked = body, stacked
+        self.body, self.stacked, self.checkpoint = body, stacked, checkpoint
         self.count = 1 + stacked + constants
 
     @classmethod
-    def get(cls, body: TracedFunction, stacked: int, constants: int) -> "ScanOp":
-        op = _SCANS.get(body.key)
+    def get(cls, body: TracedFunction, stacked: int, constants: int,
+            checkpoint: bool) -> ScanOp:
+        key = (body.key, checkpoint)
+        op = _SCANS.get(key)
         if op is None:
-            op = _SCANS[body.key] = cls(body, stacked, constants)
+            op = _SCANS[key] = cls(body, stacked, constants, checkpoint)
         return op
 
     def flat(self, hidden, *arrays) -> list:
         stacked, constants = list(arrays[: self.stacked]), list(arrays[self.stacked:])
 
         def step(h, layer):
+            COUNTERS["scan_body_traces"] += 1  # Python runs here only while JAX traces
             (out,) = self.body.replay([*layer, h], constants)
             return out, None
 
+        if self.checkpoint:  # prevent_cse=False: scan already keeps XLA from merging it away
+            step = jax.checkpoint(step, prevent_cse=False)
         out, _ = jax.lax.scan(step, hidden, stacked)
         return [out]
 
@@ -78,7 +91,8 @@ class ScanOp(JaxOp):
         return leaves, jax.tree_util.tree_structure(leaves)
 
 
-def scan_layers(layers: Iterable[nn.Module], input_data: torch.Tensor) -> torch.Tensor:
+def scan_layers(layers: Iterable[nn.Module], input_data: torch.Tensor, *,
+                checkpoint: bool = True) -> torch.Tensor:
     """``input_data`` through every layer in order, compiled as one ``lax.scan``.
 
     Args:
@@ -86,6 +100,13 @@ def scan_layers(layers: Iterable[nn.Module], input_data: torch.Tensor) -> torch.
         dtypes (an ``nn.ModuleList`` of decoder layers), on the spmd device. Each maps a
         tensor to a tensor of the same shape and dtype.
       input_data: the hidden state entering the first layer (spmd tensor).
+      checkpoint: recompute each layer's forward in the backward pass, keeping only the
+        layers' inputs (activation checkpointing per layer). The default: on XLA:CPU it
+        compiles faster and runs faster than saving every residual (writing residuals
+        into stacked buffers in the forward loop and reading them back costs more than
+        recomputing), and it holds less memory. ``False`` saves the residuals, as
+        PyTorch/XLA's default partition does: no recomputation, for hardware where
+        the layer's FLOPs dominate. Values are the same either way.
 
     Example::
 
@@ -100,7 +121,7 @@ def scan_layers(layers: Iterable[nn.Module], input_data: torch.Tensor) -> torch.
                         "move it to the spmd device first (t.to('spmd')).")
     first = layers[0]
     per_layer = [_named_tensors(layer) for layer in layers]
-    stacked = [_stacked([tensors[n] for tensors in per_layer]) for n in names]
+    stacked = [stack_layers([tensors[n] for tensors in per_layer]) for n in names]
 
     def body(*tensors):
         *params, h = tensors
@@ -113,7 +134,7 @@ def scan_layers(layers: Iterable[nn.Module], input_data: torch.Tensor) -> torch.
             f"torchspmd: scan_layers: a layer must return one tensor of its input's shape and "
             f"dtype {tuple(input_data.shape)} {input_data.dtype}; it returned "
             f"{[(m.shape, m.dtype) for m in outs]}.")
-    op = ScanOp.get(traced, len(stacked), len(constants))
+    op = ScanOp.get(traced, len(stacked), len(constants), checkpoint)
     (out,) = apply(op, [input_data, *stacked, *constants])
     return out
 
@@ -140,13 +161,3 @@ def _check_homogeneous(layers: list[nn.Module]) -> list[str]:
                             "layers to the spmd device first (layers.to('spmd')).")
     return [n for n, _, _ in first]
 
-
-def _stacked(tensors: list[torch.Tensor]) -> torch.Tensor:
-    """``torch.stack`` of one tensor of every layer, sharded as the first one is."""
-    out = torch.stack(tensors)
-    sharding = state.jax_sharding_of(state.current_value(tensors[0]))
-    if isinstance(sharding, NamedSharding):
-        spec = PartitionSpec(None, *sharding.spec)
-        stacked = NamedSharding(sharding.mesh, spec)
-        state.annotate(out, state.constrain(state.current_value(out), stacked))
-    return out

@@ -17,6 +17,9 @@ def reset() -> None:
         ops_rerun=0,  # of those, nodes an earlier program had run already (work done twice)
         trace_time_s=0.0,  # time spent recording those calls
         compile_time_s=0.0,  # time spent tracing to JAX and compiling with XLA
+        # CPU time of the process (all threads: XLA compiles kernels in parallel) spent
+        # tracing and compiling: steadier than compile_time_s on a shared, loaded machine
+        compile_cpu_s=0.0,
         bytes_to_device=0,  # host -> device, summed over devices
         bytes_to_host=0,  # device -> host
         programs_evicted=0,  # compiled programs dropped from the bounded compile cache
@@ -28,6 +31,7 @@ def reset() -> None:
         step_recaptures_state=0,  # state changed outside the step (p.grad set to None...)
         step_check_misses=0,  # check_every found another path
         donated_bytes=0,  # buffers handed to a step that overwrote them
+        scan_body_traces=0,  # scan_layers: a recorded layer replayed while JAX traces a scan
     )
 
 

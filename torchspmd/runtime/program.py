@@ -88,7 +88,10 @@ class Program:
         with warnings.catch_warnings():
             warnings.filterwarnings("ignore", message=NOT_USABLE)
             if first:  # compiled here and reused by the call below
-                check_fits(jitted.lower(*args, *vectors).compile(), graph)
+                cpu = time.process_time()
+                compiled = jitted.lower(*args, *vectors).compile()
+                COUNTERS["compile_cpu_s"] += time.process_time() - cpu
+                check_fits(compiled, graph)
             outputs = jitted(*args, *vectors)
         if first:
             if donate:

@@ -13,6 +13,7 @@ With several processes, a process can only touch its own (addressable) devices:
 from __future__ import annotations
 
 import functools
+import math
 
 import jax
 import ml_dtypes
@@ -63,7 +64,7 @@ def upload(host: np.ndarray, sharding: jax.sharding.Sharding | None = None) -> j
     placed = replicated() if sharding is None else placement_for(sharding, host.shape)
     array = jax.make_array_from_callback(host.shape, placed,
                                          lambda index: np.asarray(host[index]), dtype=host.dtype)
-    COUNTERS["bytes_to_device"] += sum(s.data.nbytes for s in array.addressable_shards)
+    COUNTERS["bytes_to_device"] += _bytes_on_devices(array)
     return array
 
 
@@ -76,8 +77,19 @@ def upload_process_local(local: np.ndarray, sharding: jax.sharding.Sharding,
     it is the whole value.
     """
     array = jax.make_array_from_process_local_data(sharding, local, global_shape)
-    COUNTERS["bytes_to_device"] += sum(s.data.nbytes for s in array.addressable_shards)
+    COUNTERS["bytes_to_device"] += _bytes_on_devices(array)
     return array
+
+
+def _bytes_on_devices(array: jax.Array) -> int:
+    """The bytes ``array`` holds on this process's devices (from its layout: walking its
+    shards costs more host time than the upload itself)."""
+    sharding = array.sharding
+    try:
+        shard = sharding.shard_shape(array.shape)
+    except ValueError:  # an uneven layout: count the shards
+        return sum(s.data.nbytes for s in array.addressable_shards)
+    return math.prod(shard) * array.dtype.itemsize * len(sharding.addressable_devices)
 
 
 def download(array: jax.Array) -> np.ndarray:

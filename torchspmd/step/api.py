@@ -75,13 +75,13 @@ class CompiledStep:
             reason = self._why_capture(plan)
             if reason is None:
                 try:
-                    outputs, placed = plan(tensors)
+                    run = plan(tensors)
                 except StalePlan:
                     reason = "state"
                 else:
                     COUNTERS["step_replays"] += 1
                     self._last = plan
-                    return plan.write_back(outputs, placed, tensors)
+                    return plan.write_back(run, tensors)
             COUNTERS[f"step_recaptures_{reason}"] += 1
         return self._capture(key, plan, args, kwargs, tensors)
 
@@ -111,13 +111,13 @@ class CompiledStep:
             # a replay's are).
             return tree_map(lambda t: t.detach() if isinstance(t, SpmdTensor) else t, result)
         plan = Plan(captured)
-        outputs, placed = plan(tensors, first=True)
+        run = plan(tensors, first=True)
         # Written back as a replay writes: the recorded nodes stay pending for anything
         # else that still holds them (a later sync computes those lazily).
         plans = [p for p in (self._plans.get(key) or []) if p is not old]
         self._plans[key] = [plan] + plans[:_PLANS_PER_SIGNATURE - 1]
         self._last = plan
-        return plan.write_back(outputs, placed, tensors)
+        return plan.write_back(run, tensors)
 
     @property
     def plans(self) -> int:

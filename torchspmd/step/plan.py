@@ -10,7 +10,8 @@ is donated instead, so no one ever sees "Array has been deleted".
 Example::
 
     plan = Plan(captured)
-    result = plan(arg_tensors)      # one jitted call, outputs written back in place
+    run = plan(arg_tensors)                    # one jitted call, returning at once
+    result = plan.write_back(run, arg_tensors)  # outputs into the step's objects
 """
 
 from __future__ import annotations
@@ -64,6 +65,11 @@ class Plan:
         self.donated = self._donated(captured)
         donated = set(self.donated)
         self.kept = [i for i in range(len(self.sources)) if i not in donated]
+        # ``.grad`` slots the step fills with new tensors (after ``zero_grad()``): their old
+        # gradients are dropped before the program starts, because freeing device buffers
+        # while a program runs costs several times more host time.
+        self.regrads = [t[1] for t in captured.targets
+                        if t[0] == "place" and t[1].key == "grad" and not t[1].item]
         program = self.program
 
         def replay(leaves, floats, ints, bools):
@@ -73,6 +79,7 @@ class Plan:
                               donate_argnums=(0,))
         self.compiled = None
         self.memory = None  # XLA's memory analysis of the compiled program
+        self._spent = None  # the latest call's input values (see __call__)
 
     # --- built once ---------------------------------------------------------------------
 
@@ -167,6 +174,9 @@ class Plan:
         return values
 
     def __call__(self, args: list[SpmdTensor], first: bool = False):
+        # The last call's inputs, spent (donated) or replaced by now: freed here rather
+        # than while that call's program ran, when their deallocation competed with it.
+        self._spent = None
         values = self.inputs(args, first)
         arrays = [v[0].arrays[v[1]] for v in values]
         flying = execute.in_flight_ids()
@@ -175,19 +185,30 @@ class Plan:
         donated = []
         for i, alone in zip(self.donated, exclusive):
             if alone:
-                COUNTERS["donated_bytes"] += placed[i].nbytes
                 donated.append(placed[i])
             else:  # someone else holds this buffer: donate a copy
                 donated.append(jnp.copy(placed[i]))
         kept = [placed[i] for i in self.kept]
-        del values, arrays
-        vectors = self._vectors()
+        if not first:
+            for place in self.regrads:
+                place.set(None)
+        fresh = self._fresh(placed)
         if self.compiled is None:
-            self._compile(donated, kept, vectors)
-        outputs = self.compiled(donated, kept, *vectors)
+            self._compile(donated, kept, self._host_vectors())
+        # State takes its new values before the program starts (their arrays are filled
+        # in when it returns): less host work while it runs.
+        replaced = self._install(fresh, args)
+        try:
+            outputs = self.compiled(donated, kept, *self._vectors())
+        except BaseException:
+            self._install(replaced, args)
+            raise
         COUNTERS["executions"] += 1
+        COUNTERS["donated_bytes"] += sum(n for n, alone in zip(self._donated_bytes, exclusive)
+                                         if alone)
         execute.note_in_flight(outputs[:1])
-        return outputs, placed
+        self._spent = (values, arrays, donated)
+        return outputs, placed, fresh
 
     def _placed(self, arrays: list) -> list:
         """``arrays`` on the program's devices, in id order; an array already laid out as
@@ -201,7 +222,7 @@ class Plan:
             placed.append(a)
         return placed
 
-    def _vectors(self) -> list[np.ndarray]:
+    def _host_vectors(self) -> list[np.ndarray]:
         ints = self.vectors[int]
         if self.seed_slots:
             ints = ints.copy()
@@ -209,50 +230,91 @@ class Plan:
                 ints[slot] = rng.next_seed()
         return [self.vectors[float], ints, self.vectors[bool]]
 
+    def _vectors(self) -> list:
+        """The scalar inputs of this call: the plan's own are fixed, so they stay on the
+        devices between calls (an upload each costs host time); only fresh seeds travel."""
+        if not self.seed_slots:
+            return self._device_vectors
+        return [self._device_vectors[0], self._host_vectors()[1], self._device_vectors[2]]
+
     def _compile(self, donated, kept, vectors) -> None:
         layout = tuple((a.shape, a.dtype, a.sharding) for a in (*donated, *kept))
         key = (self.key, tuple(self.donated), layout)
         cached = _EXECUTABLES.get(key)
+        self._donated_bytes = [a.nbytes for a in donated]
         if cached is not None:  # the same graph captured again (hyperparameters changed)
             self.compiled, self.memory = cached
+            self._keep_vectors(vectors)
             return
-        start = time.perf_counter()
+        start, cpu = time.perf_counter(), time.process_time()
         # Compiled ahead of time for its memory analysis, then called directly: jit's own
         # cache would not know of this compile and would compile the program again.
         self.compiled = self.jitted.lower(donated, kept, *vectors).compile()
+        COUNTERS["compile_cpu_s"] += time.process_time() - cpu
         check_fits(self.compiled, self.captured.graph)
         self.memory = self.compiled.memory_analysis()
         _EXECUTABLES[key] = (self.compiled, self.memory)
         COUNTERS["compile_time_s"] += time.perf_counter() - start
+        self._keep_vectors(vectors)
 
-    def write_back(self, outputs: list, placed: list, args: list[SpmdTensor]):
-        """Put each output where the step put it; the call's result."""
-        captured = self.captured
-        results = list(captured.result_leaves)
-        for i, (target, ref, sig) in enumerate(zip(captured.targets, self.refs, self.sigs)):
-            array = outputs[ref[1]] if ref[0] == "out" else placed[ref[1]]
+    def _keep_vectors(self, vectors: list[np.ndarray]) -> None:
+        """The scalar vectors on the devices, in the layouts the program takes them."""
+        layouts = self.compiled.input_shardings[0][2:]
+        self._device_vectors = [v if layout is None else jax.device_put(v, layout)
+                                for v, layout in zip(vectors, layouts)]
+
+    def _fresh(self, placed: list) -> list:
+        """For each output: its new value (the array filled in after the call, unless it is
+        an input handed back unchanged) and, for a filled slot or a result, its new
+        tensor. Built before the program starts: host work done while it runs competes
+        with it for the host's cores."""
+        fresh = []
+        for target, ref, sig in zip(self.captured.targets, self.refs, self.sigs):
             node = Node(sig)
             node.arrays = [None] * len(sig.outputs)
-            node.arrays[ref[2]] = array
+            if ref[0] == "in":
+                node.arrays[ref[2]] = placed[ref[1]]
             value = (node, ref[2])
-            kind = target[0]
-            if kind == "storage":
-                storage = target[1]()
-                if storage is not None:
-                    storage.set(value)
-            elif kind == "arg":
-                args[target[1]]._h.storage.set(value)
-            elif kind == "place":
+            tensor = None
+            if target[0] == "place":
                 requires_grad, cls = target[2]
-                new = SpmdTensor(Handle.new(value, sig.outputs[ref[2]]),
-                                 requires_grad=requires_grad)
+                tensor = SpmdTensor(Handle.new(value, sig.outputs[ref[2]]),
+                                    requires_grad=requires_grad)
                 if cls is not SpmdTensor:  # nn.Parameter
-                    new = cls(new, requires_grad=requires_grad)
-                target[1].set(new)
+                    tensor = cls(tensor, requires_grad=requires_grad)
+            elif target[0] == "return":
+                tensor = SpmdTensor(Handle.new(value, sig.outputs[ref[2]]))
+            fresh.append((value, tensor))
+        return fresh
+
+    def _install(self, fresh: list, args: list[SpmdTensor]) -> list:
+        """Put each new value in the storage the step wrote; returns what they held."""
+        replaced = []
+        for target, (value, tensor) in zip(self.captured.targets, fresh):
+            kind = target[0]
+            storage = (target[1]() if kind == "storage" else
+                       args[target[1]]._h.storage if kind == "arg" else None)
+            replaced.append((storage.value if storage is not None else None, tensor))
+            if storage is not None and value is not None:
+                storage.set(value)
+        return replaced
+
+    def write_back(self, run: tuple, args: list[SpmdTensor]):
+        """Finish the step's writes from ``run`` (what ``__call__`` returned): arrays into
+        the new values, new tensors into their slots; the call's result."""
+        outputs, placed, fresh = run
+        captured = self.captured
+        results = list(captured.result_leaves)
+        for i, (target, ref, (value, tensor)) in enumerate(zip(captured.targets, self.refs,
+                                                              fresh)):
+            if ref[0] == "out":
+                value[0].arrays[value[1]] = outputs[ref[1]]
+            kind = target[0]
+            if kind == "place":
+                target[1].set(tensor)
                 source = captured.substitutions.get(i)
                 if source is not None:  # later calls read the slot's new tensor
-                    self.sources[source] = ("storage", weakref.ref(new._h.storage))
-            else:
-                results[target[1]] = SpmdTensor(Handle.new(value, sig.outputs[ref[2]]))
+                    self.sources[source] = ("storage", weakref.ref(tensor._h.storage))
+            elif kind == "return":
+                results[target[1]] = tensor
         return tree_unflatten(results, captured.result_spec)
-
