@@ -13,13 +13,15 @@ import torch
 import torch.optim.optimizer as torch_optimizer
 from torch.utils import backend_registration
 
-from torchspmd.device.dispatch import _copy_from, dispatch
+from torchspmd.device.dispatch import dispatch
+from torchspmd.device.immediate import _copy_from
 from torchspmd.device.resize import allocate_handle, contiguous_strides
 from torchspmd.device.guard import DeviceGuard
 from torchspmd.device.guard import install as install_backward_errors
 from torchspmd.lowering import LOWERINGS
 from torchspmd.device.tensor import SpmdTensor, check_device_index
-from torchspmd.device import attention, autocast, checkpoint_fence, tied_parameters
+from torchspmd.device import (attention, autocast, checkpoint_fence, immediate,
+                              tied_parameters)
 from torchspmd.jax_setup import devices
 from torchspmd.lazy.node import TensorMeta
 from torchspmd.runtime import rng
@@ -136,6 +138,7 @@ def register() -> None:
     checkpoint_fence.install()
     autocast.install()
     attention.install()
+    immediate.install()
     _LIBRARY = torch.library.Library("aten", "IMPL")
     _LIBRARY.impl("empty.memory_format", _empty, "PrivateUse1")
     _LIBRARY.impl("empty_strided", _empty_strided, "PrivateUse1")

@@ -14,13 +14,12 @@ import time
 import torch
 from torch._decomp import core_aten_decompositions, decomposition_table
 
-from torchspmd.device import bounds, resize
+from torchspmd.device import bounds, host, resize
 from torchspmd.device.linalg_composites import LINALG_COMPOSITES
 from torchspmd.device.data_dependent import DATA_DEPENDENT
-from torchspmd.device.tensor import SpmdTensor, check_device_index
-from torchspmd.lazy.annotation import annotation, sharded_value, unannotated
+from torchspmd.device.tensor import SpmdTensor
+from torchspmd.lazy.annotation import annotation, sharded_value
 from torchspmd.lazy.handle import Handle
-from torchspmd.lazy.provenance import refuse_host_read
 from torchspmd.lazy.node import TENSOR, Node, ScalarSlot, TensorMeta
 from torchspmd.lazy.record import freeze, leaf_signature, meta_of, record, record_unary
 from torchspmd.lazy.schema import (SCALAR, SCALARS, STATIC, TENSORS, functional_variant,
@@ -31,7 +30,6 @@ from torchspmd.lazy.views import view_step
 from torchspmd.lowering import LOWERINGS, RANDOM_OPS
 from torchspmd.lowering.annotations import SHARDING_CONSTRAINT
 from torchspmd.runtime import rng, transfer
-from torchspmd.runtime.read import read
 from torchspmd.runtime.metrics import COUNTERS
 
 aten = torch.ops.aten
@@ -304,7 +302,7 @@ def _assign(target, value) -> None:
     """Write ``value`` into ``target`` (cast to its dtype and broadcast to its shape as
     PyTorch's in-place ops do); ``target`` keeps its sharding annotation."""
     if not isinstance(target, SpmdTensor):
-        target.copy_(to_cpu_value(value))
+        target.copy_(host.to_cpu_value(value))
         return
     handle = target._h
     meta = meta_of(value)
@@ -332,137 +330,11 @@ def _inplace_view(func, args, kwargs):
     return target
 
 
-# --- ops that run now --------------------------------------------------------------------
-
-def to_cpu_value(value: tuple[Node, int]) -> torch.Tensor:
-    refuse_host_read("reading a tensor's value (.cpu(), .tolist(), print(t), .to('cpu'))")
-    node, index = value
-    if node.host is not None:
-        return transfer.to_torch(node.host)
-    (array,) = read([value])  # runs all pending work: a loop's next iteration starts from data
-    return transfer.to_torch(transfer.download(array))
-
-
-def to_cpu(t: SpmdTensor) -> torch.Tensor:
-    """The CPU value of ``t`` (runs the graph it needs)."""
-    return to_cpu_value(t._h.value()).reshape(t.shape)
-
-
-def _to_copy(t, *, dtype=None, layout=None, device=None, pin_memory=None,
-             non_blocking=False, memory_format=None):
-    check_device_index(device)
-    if device is not None and torch.device(device).type != "spmd":
-        out = to_cpu(t) if isinstance(t, SpmdTensor) else t
-        return out.to(device=device, dtype=dtype or out.dtype)
-    if dtype is None or dtype == t.dtype:
-        return _wrap(aten.clone.default, _record(aten.clone.default, (t,), {}))
-    return _wrap(aten._to_copy.default, _record(aten._to_copy.default, (t,), {"dtype": dtype}))
-
-
-def _copy_(dst, src, non_blocking=False):
-    if not isinstance(dst, SpmdTensor):
-        return dst.copy_(to_cpu(src))
-    if isinstance(src, SpmdTensor):
-        value = unannotated(src._h.value())  # dst keeps its own annotation, not src's
-    else:
-        src = src.to(dtype=dst.dtype).expand(dst.shape).contiguous()
-        value = _host_value(src)
-    _assign(dst, value)
-    return dst
-
-
-def _copy_from(src, dst, non_blocking=False):
-    return _copy_(dst, src)
-
-
-def _local_scalar_dense(t):
-    refuse_host_read("Tensor.item() (also float(t), bool(t), `if t:`, a tensor used as a "
-                     "Python number)")
-    return to_cpu(t).item()
-
-
-def _equal(a, b):
-    refuse_host_read("torch.equal")
-    a = to_cpu(a) if isinstance(a, SpmdTensor) else a
-    b = to_cpu(b) if isinstance(b, SpmdTensor) else b
-    return torch.equal(a, b)
-
-
-def _native_batch_norm(input, weight, bias, running_mean, running_var, training, momentum, eps):
-    """Batch norm in training updates the running stats in place, though its schema does
-    not say so: record the functional form and assign the new stats."""
-    if not (training and running_mean is not None):
-        node = _record(aten.native_batch_norm.default,
-                       (input, weight, bias, running_mean, running_var, training, momentum, eps), {})
-        out, save_mean, save_invstd = _wrap(aten.native_batch_norm.default, node)
-        if not training:  # no batch statistics: empty, as PyTorch's kernels return them
-            empty = TensorMeta((0,), (1,), save_mean.dtype)
-            save_mean = SpmdTensor(resize.allocate_handle(empty))
-            save_invstd = SpmdTensor(resize.allocate_handle(empty))
-        return out, save_mean, save_invstd
-    functional = aten._native_batch_norm_legit_functional.default
-    node = _record(functional, (input, weight, bias, running_mean, running_var, training,
-                                momentum, eps), {})
-    _assign(running_mean, (node, 3))
-    _assign(running_var, (node, 4))
-    return tuple(SpmdTensor(Handle.new((node, i), node.sig.outputs[i])) for i in range(3))
-
-
-def _allclose(a, b, rtol=1e-05, atol=1e-08, equal_nan=False):
-    """A Python bool: computed on the device, one value read back."""
-    refuse_host_read("torch.allclose")
-    return bool(torch.isclose(a, b, rtol=rtol, atol=atol, equal_nan=equal_nan).all().item())
-
-
-def _lift_fresh(t):
-    return t
-
-
-def _clone(t, *, memory_format=None):
-    """A copy that shows ``t``'s sharding at once, as PyTorch/XLA's ``clone`` copies the spec.
-
-    The copy is constrained to ``t``'s annotation, or to the layout XLA gave ``t`` when it
-    was computed, so ``get_sharding(t.clone())`` (and ``copy.deepcopy``) equals
-    ``get_sharding(t)`` before anything runs.
-    """
-    kwargs = {} if memory_format is None else {"memory_format": memory_format}
-    node = _record(aten.clone.default, (t,), kwargs)
-    value = (node, 0)
-    sharding = _layout(sharded_value(t._h))
-    if sharding is not None and len(sharding.device_set) > 1:
-        value = record_unary(SHARDING_CONSTRAINT, value, sharding)
-    return SpmdTensor(Handle.new(value, node.sig.outputs[0]))
-
-
-def _layout(value: tuple[Node, int]):
-    """``value``'s annotation, else the sharded layout XLA computed it in, else None.
-
-    A computed value XLA left replicated gives none: constraining its copy would only
-    keep XLA from choosing a better layout for the copy.
-    """
-    sharding = annotation(value)
-    node, index = value
-    if sharding is None and node.arrays is not None and node.sig is not None \
-            and node.sig.op is not None and not node.arrays[index].sharding.is_fully_replicated:
-        sharding = node.arrays[index].sharding
-    return sharding
-
-
 _SPECIAL = {
-    aten._to_copy.default: _to_copy,
-    aten.copy_.default: _copy_,
-    aten._copy_from.default: _copy_from,
-    aten._local_scalar_dense.default: _local_scalar_dense,
-    aten.equal.default: _equal,
-    aten.allclose.default: _allclose,
-    aten.lift_fresh.default: _lift_fresh,
-    aten.clone.default: _clone,
-    aten.native_batch_norm.default: _native_batch_norm,
-    aten._native_batch_norm_legit.default: _native_batch_norm,  # same arguments and outputs
     aten.resize_.default: resize.resize_,
     aten.resize_as_.default: resize.resize_as_,
     **LINALG_COMPOSITES,
-}
+}  # and the ops of ``immediate.py``, which registers them
 
 
 def register_handler(op, handler) -> None:

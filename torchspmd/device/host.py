@@ -1,4 +1,5 @@
-"""Reads of device values by the host that an op needs to go on (a data-dependent size).
+"""Reads of device values by the host: ``to_cpu``, and what an op needs to go on (a
+data-dependent size).
 
 Ops like ``nonzero`` or ``x[mask]`` have an output shape that depends on the data. They
 run what is pending for the value that decides the size (one host sync), read it, and go
@@ -21,6 +22,8 @@ from collections.abc import Iterator
 import torch
 
 from torchspmd.device.tensor import SpmdTensor
+from torchspmd.lazy.node import Node
+from torchspmd.lazy.provenance import refuse_host_read
 from torchspmd.runtime import transfer
 from torchspmd.runtime.read import read
 
@@ -76,3 +79,17 @@ def host_read(t: SpmdTensor, op_name: str, purpose: str = _SHAPE) -> torch.Tenso
         return transfer.to_torch(node.host).reshape(t.shape)
     (array,) = read([value])
     return transfer.to_torch(transfer.download(array)).reshape(t.shape)
+
+
+def to_cpu_value(value: tuple[Node, int]) -> torch.Tensor:
+    refuse_host_read("reading a tensor's value (.cpu(), .tolist(), print(t), .to('cpu'))")
+    node, index = value
+    if node.host is not None:
+        return transfer.to_torch(node.host)
+    (array,) = read([value])  # runs all pending work: a loop's next iteration starts from data
+    return transfer.to_torch(transfer.download(array))
+
+
+def to_cpu(t: SpmdTensor) -> torch.Tensor:
+    """The CPU value of ``t`` (runs the graph it needs)."""
+    return to_cpu_value(t._h.value()).reshape(t.shape)

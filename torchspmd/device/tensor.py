@@ -69,7 +69,7 @@ class SpmdTensor(torch.Tensor):
         return cls._dispatch(func, args, kwargs or {})
 
     def __repr__(self, *, tensor_contents=None) -> str:
-        from torchspmd.device.dispatch import to_cpu
+        from torchspmd.device.host import to_cpu
 
         text = torch._tensor_str._str(to_cpu(self))
         suffix = f", device='{self.device}'"
@@ -80,7 +80,7 @@ class SpmdTensor(torch.Tensor):
         return text[:-1] + suffix + ")" if text.endswith(")") else text
 
     def tolist(self):
-        from torchspmd.device.dispatch import to_cpu
+        from torchspmd.device.host import to_cpu
 
         return to_cpu(self).tolist()
 
@@ -90,7 +90,7 @@ class SpmdTensor(torch.Tensor):
 
     def __reduce_ex__(self, protocol):
         # torch.save and pickle store a CPU copy, as the issue asks.
-        from torchspmd.device.dispatch import to_cpu
+        from torchspmd.device.host import to_cpu
 
         return to_cpu(self).detach().requires_grad_(self.requires_grad).__reduce_ex__(protocol)
 

@@ -1,0 +1,148 @@
+"""Ops on spmd tensors that are not recorded as they come: they run now, or take a path
+of their own (copies between devices, host reads, clones that keep a sharding, batch
+norm's in-place statistics).
+
+``install()`` registers each with the dispatcher (``dispatch.register_handler``).
+
+Example::
+
+    install()
+    t.item()      # aten._local_scalar_dense -> runs what t needs, reads one number
+"""
+
+from __future__ import annotations
+
+import torch
+
+from torchspmd.device import resize
+from torchspmd.device.dispatch import _assign, _host_value, _record, _wrap, register_handler
+from torchspmd.device.host import to_cpu
+from torchspmd.device.tensor import SpmdTensor, check_device_index
+from torchspmd.lazy.annotation import annotation, sharded_value, unannotated
+from torchspmd.lazy.handle import Handle
+from torchspmd.lazy.node import Node, TensorMeta
+from torchspmd.lazy.provenance import refuse_host_read
+from torchspmd.lazy.record import record_unary
+from torchspmd.lowering.annotations import SHARDING_CONSTRAINT
+
+aten = torch.ops.aten
+
+
+def _to_copy(t, *, dtype=None, layout=None, device=None, pin_memory=None,
+             non_blocking=False, memory_format=None):
+    check_device_index(device)
+    if device is not None and torch.device(device).type != "spmd":
+        out = to_cpu(t) if isinstance(t, SpmdTensor) else t
+        return out.to(device=device, dtype=dtype or out.dtype)
+    if dtype is None or dtype == t.dtype:
+        return _wrap(aten.clone.default, _record(aten.clone.default, (t,), {}))
+    return _wrap(aten._to_copy.default, _record(aten._to_copy.default, (t,), {"dtype": dtype}))
+
+
+def _copy_(dst, src, non_blocking=False):
+    if not isinstance(dst, SpmdTensor):
+        return dst.copy_(to_cpu(src))
+    if isinstance(src, SpmdTensor):
+        value = unannotated(src._h.value())  # dst keeps its own annotation, not src's
+    else:
+        src = src.to(dtype=dst.dtype).expand(dst.shape).contiguous()
+        value = _host_value(src)
+    _assign(dst, value)
+    return dst
+
+
+def _copy_from(src, dst, non_blocking=False):
+    return _copy_(dst, src)
+
+
+def _local_scalar_dense(t):
+    refuse_host_read("Tensor.item() (also float(t), bool(t), `if t:`, a tensor used as a "
+                     "Python number)")
+    return to_cpu(t).item()
+
+
+def _equal(a, b):
+    refuse_host_read("torch.equal")
+    a = to_cpu(a) if isinstance(a, SpmdTensor) else a
+    b = to_cpu(b) if isinstance(b, SpmdTensor) else b
+    return torch.equal(a, b)
+
+
+def _native_batch_norm(input, weight, bias, running_mean, running_var, training, momentum, eps):
+    """Batch norm in training updates the running stats in place, though its schema does
+    not say so: record the functional form and assign the new stats."""
+    if not (training and running_mean is not None):
+        node = _record(aten.native_batch_norm.default,
+                       (input, weight, bias, running_mean, running_var, training, momentum, eps), {})
+        out, save_mean, save_invstd = _wrap(aten.native_batch_norm.default, node)
+        if not training:  # no batch statistics: empty, as PyTorch's kernels return them
+            empty = TensorMeta((0,), (1,), save_mean.dtype)
+            save_mean = SpmdTensor(resize.allocate_handle(empty))
+            save_invstd = SpmdTensor(resize.allocate_handle(empty))
+        return out, save_mean, save_invstd
+    functional = aten._native_batch_norm_legit_functional.default
+    node = _record(functional, (input, weight, bias, running_mean, running_var, training,
+                                momentum, eps), {})
+    _assign(running_mean, (node, 3))
+    _assign(running_var, (node, 4))
+    return tuple(SpmdTensor(Handle.new((node, i), node.sig.outputs[i])) for i in range(3))
+
+
+def _allclose(a, b, rtol=1e-05, atol=1e-08, equal_nan=False):
+    """A Python bool: computed on the device, one value read back."""
+    refuse_host_read("torch.allclose")
+    return bool(torch.isclose(a, b, rtol=rtol, atol=atol, equal_nan=equal_nan).all().item())
+
+
+def _lift_fresh(t):
+    return t
+
+
+def _clone(t, *, memory_format=None):
+    """A copy that shows ``t``'s sharding at once, as PyTorch/XLA's ``clone`` copies the spec.
+
+    The copy is constrained to ``t``'s annotation, or to the layout XLA gave ``t`` when it
+    was computed, so ``get_sharding(t.clone())`` (and ``copy.deepcopy``) equals
+    ``get_sharding(t)`` before anything runs.
+    """
+    kwargs = {} if memory_format is None else {"memory_format": memory_format}
+    node = _record(aten.clone.default, (t,), kwargs)
+    value = (node, 0)
+    sharding = _layout(sharded_value(t._h))
+    if sharding is not None and len(sharding.device_set) > 1:
+        value = record_unary(SHARDING_CONSTRAINT, value, sharding)
+    return SpmdTensor(Handle.new(value, node.sig.outputs[0]))
+
+
+def _layout(value: tuple[Node, int]):
+    """``value``'s annotation, else the sharded layout XLA computed it in, else None.
+
+    A computed value XLA left replicated gives none: constraining its copy would only
+    keep XLA from choosing a better layout for the copy.
+    """
+    sharding = annotation(value)
+    node, index = value
+    if sharding is None and node.arrays is not None and node.sig is not None \
+            and node.sig.op is not None and not node.arrays[index].sharding.is_fully_replicated:
+        sharding = node.arrays[index].sharding
+    return sharding
+
+
+IMMEDIATE = {
+    aten._to_copy.default: _to_copy,
+    aten.copy_.default: _copy_,
+    aten._copy_from.default: _copy_from,
+    aten._local_scalar_dense.default: _local_scalar_dense,
+    aten.equal.default: _equal,
+    aten.allclose.default: _allclose,
+    aten.lift_fresh.default: _lift_fresh,
+    aten.clone.default: _clone,
+    aten.native_batch_norm.default: _native_batch_norm,
+    aten._native_batch_norm_legit.default: _native_batch_norm,  # same arguments and outputs
+}
+
+
+def install() -> None:
+    """Register every op above with the dispatcher (idempotent)."""
+    for op, handler in IMMEDIATE.items():
+        register_handler(op, handler)
