@@ -66,7 +66,6 @@ else:
     os.environ.setdefault("TORCHSPMD_CPU_DEVICES", "1")
 
 import argparse  # noqa: E402
-import copy  # noqa: E402
 import cProfile  # noqa: E402
 import pstats  # noqa: E402
 import resource  # noqa: E402
@@ -78,18 +77,15 @@ import torch  # noqa: E402
 
 import torchspmd  # noqa: E402
 from torchspmd.debug.hlo import collectives  # noqa: E402
-from torchspmd.runtime.execute import last_program  # noqa: E402
-from torchspmd.sharding.partition_spec import named_sharding  # noqa: E402
-from torchspmd.testing.models import TinyTransformer, batches, lm_loss  # noqa: E402
+from torchspmd.testing.models import batches  # noqa: E402
 
 # The JAX model is this script's sibling; benchmarks/ is no package (python -m cProfile
 # puts the script's folder on the path too, but an import of this module would not).
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import jax_transformer as jt  # noqa: E402
 from bench_layouts import STRATEGIES, Layout  # noqa: E402
+from step_trainers import (build_model, compiled_trainer, jax_collectives,  # noqa: E402
+                           jax_compiled, jax_trainer, peak_bytes, torchspmd_trainer)
 
-BASE_LR = 1e-2  # as torchspmd.testing.models.train
-WEIGHT_DECAY = 0.1
 LOSS_RTOL = 1e-4
 LOSSES_COMPARED = 5
 
@@ -125,182 +121,6 @@ def parse_args(argv=None) -> argparse.Namespace:
                          f"run the script, not main(), with --mesh)")
         args.mesh_shape = shape
     return args
-
-
-def build_model(args) -> TinyTransformer:
-    torch.manual_seed(0)
-    return TinyTransformer(vocab=args.vocab, dim=args.dim, heads=args.heads,
-                           layers=args.layers, seq=args.seq)
-
-
-def lr_at(step: int, total: int) -> float:
-    """The schedule of ``models.train``: a Python number each step (must not recompile)."""
-    return BASE_LR * (1 - step / (2 * total))
-
-
-# --- torchspmd side ------------------------------------------------------------------
-
-def place_torch(model: TinyTransformer, layout: Layout | None = None) -> TinyTransformer:
-    """The module on the spmd device, each parameter marked with its layout's spec."""
-    model = model.to(torchspmd.device())
-    if layout is not None:
-        for name, p in model.named_parameters():
-            torchspmd.mark_sharding(p, layout.mesh, layout.spec(name, p.shape))
-    return model
-
-
-def torchspmd_trainer(model: TinyTransformer, total: int, layout: Layout | None = None):
-    """``step(i, x, y) -> loss``: one traced, synced and waited-for training step.
-
-    The returned function records per-step phases in ``step.phases``: seconds in user
-    code while tracing, in ``sync()`` (host work: graph collection, launch), and waiting
-    for the device and reading the loss; then the CPU seconds of the first two (the
-    process's while tracing, when the device is idle; the calling thread's in ``sync()``,
-    while the launched program computes on other threads), which a loaded machine
-    disturbs less than wall time.
-    """
-    model = place_torch(copy.deepcopy(model), layout)
-    opt = torch.optim.AdamW(model.parameters(), lr=BASE_LR, weight_decay=WEIGHT_DECAY)
-    device = torchspmd.device()
-    phases: list[tuple[float, float, float, float]] = []
-
-    def step(i: int, x: torch.Tensor, y: torch.Tensor) -> float:
-        start = time.perf_counter()
-        cpu_start = time.process_time()
-        for group in opt.param_groups:
-            group["lr"] = lr_at(i, total)
-        x, y = x.to(device), y.to(device)
-        if layout is not None:
-            torchspmd.mark_sharding(x, layout.mesh, layout.batch)
-            torchspmd.mark_sharding(y, layout.mesh, layout.batch)
-        opt.zero_grad()
-        loss = lm_loss(model, x, y)
-        loss.backward()
-        opt.step()
-        traced = time.perf_counter()
-        cpu_traced, thread_traced = time.process_time(), time.thread_time()
-        torchspmd.sync()
-        launched = time.perf_counter()
-        cpu = cpu_traced - cpu_start + time.thread_time() - thread_traced
-        step.program = last_program()  # the step's graph, for its collectives
-        torchspmd.wait_device_ops()
-        value = loss.item()
-        phases.append((traced - start, launched - traced, time.perf_counter() - launched, cpu))
-        return value
-
-    step.phases = phases
-    step.program = None
-    return step
-
-
-def compiled_trainer(model: TinyTransformer, total: int, layout: Layout | None = None):
-    """``step(i, x, y) -> loss`` through ``torchspmd.compile``: captured once, then one
-    jitted call per step. ``step.phases`` holds (host seconds until the call returned,
-    seconds waiting for the loss)."""
-    model = place_torch(copy.deepcopy(model), layout)
-    opt = torch.optim.AdamW(model.parameters(), lr=BASE_LR, weight_decay=WEIGHT_DECAY)
-    device = torchspmd.device()
-    phases: list[tuple[float, float]] = []
-
-    @torchspmd.compile
-    def train(x, y):
-        opt.zero_grad()
-        loss = lm_loss(model, x, y)
-        loss.backward()
-        opt.step()
-        return loss
-
-    def step(i: int, x: torch.Tensor, y: torch.Tensor) -> float:
-        start = time.perf_counter()
-        for group in opt.param_groups:
-            group["lr"] = lr_at(i, total)  # a float by hand: copied into Adam's lr scalar
-        x, y = x.to(device), y.to(device)
-        if layout is not None:  # uploaded straight into the batch layout
-            torchspmd.mark_sharding(x, layout.mesh, layout.batch)
-            torchspmd.mark_sharding(y, layout.mesh, layout.batch)
-        loss = train(x, y)
-        launched = time.perf_counter()
-        value = loss.item()
-        phases.append((launched - start, time.perf_counter() - launched))
-        return value
-
-    step.phases = phases
-    step.compiled = train
-    return step
-
-
-# --- JAX side ------------------------------------------------------------------------
-
-def place_jax(tree: dict, layout: Layout | None = None) -> dict:
-    """Parameters (or one AdamW moment), keyed by state_dict name, on JAX's devices,
-    committed, as the step's outputs will be (an uncommitted input would make the second
-    call compile again); with a layout, each leaf gets its name's NamedSharding."""
-    if layout is None:
-        return jax.device_put(tree, jax.devices()[0])
-    return {name: jax.device_put(v, layout.jax_sharding(name, v.shape))
-            for name, v in tree.items()}
-
-
-def place_jax_opt(opt: dict, layout: Layout | None = None) -> dict:
-    """AdamW state: both moments laid out like their parameters, the step count replicated."""
-    if layout is None:
-        return place_jax(opt)
-    return {"step": jax.device_put(opt["step"], named_sharding(layout.mesh, ())),
-            "exp_avg": place_jax(opt["exp_avg"], layout),
-            "exp_avg_sq": place_jax(opt["exp_avg_sq"], layout)}
-
-
-def jax_trainer(model: TinyTransformer, total: int, heads: int, layout: Layout | None = None):
-    """``step(i, x, y) -> loss`` for the pure-JAX model, from the module's own weights."""
-    params = place_jax(jt.params_from_torch(model.state_dict()), layout)
-    state = {"params": params, "opt": place_jax_opt(jt.adamw_init(params), layout)}
-    # With a layout, the updated state comes back in the layout it went in with, as a
-    # marked torchspmd tensor keeps its sharding across in-place updates.
-    out_shardings = None if layout is None else (
-        jax.tree.map(lambda a: a.sharding, (state["params"], state["opt"]))
-        + (named_sharding(layout.mesh, ()),))
-    train_step = jt.make_train_step(heads=heads, weight_decay=WEIGHT_DECAY,
-                                    out_shardings=out_shardings)
-    batch_target = (jax.devices()[0] if layout is None
-                    else named_sharding(layout.mesh, layout.batch))
-
-    def step(i: int, x: torch.Tensor, y: torch.Tensor) -> float:
-        start = time.perf_counter()
-        # The batch goes host -> device inside the step, as x.to("spmd") does on the
-        # other side (with a layout: straight into its batch sharding).
-        x, y = jax.device_put((x.numpy(), y.numpy()), batch_target)
-        lr = jt.as_lr(lr_at(i, total))
-        step.last_args = (x, y, lr)
-        state["params"], state["opt"], loss = train_step(state["params"], state["opt"], x, y, lr)
-        step.host.append(time.perf_counter() - start)
-        jax.block_until_ready((state["params"], state["opt"]))
-        return float(loss)
-
-    step.host = []
-    step.jitted = train_step
-    step.state = state
-    return step
-
-
-def _jax_compiled(jax_step):
-    """JAX's step compiled again (lowered from the last call's arguments; not timed)."""
-    x, y, lr = jax_step.last_args
-    return jax_step.jitted.lower(jax_step.state["params"], jax_step.state["opt"],
-                                 x, y, lr).compile()
-
-
-def jax_collectives(jax_step) -> dict[str, int]:
-    """Collectives in JAX's compiled step."""
-    return collectives(_jax_compiled(jax_step).as_text())
-
-
-def peak_bytes(memory) -> int | None:
-    """Peak device bytes of one program run from XLA's memory analysis (arguments +
-    outputs - donated aliases + temporaries), per device."""
-    if memory is None:
-        return None
-    return (memory.argument_size_in_bytes + memory.output_size_in_bytes
-            - memory.alias_size_in_bytes + memory.temp_size_in_bytes)
 
 
 # --- profile ----------------------------------------------------------------------
@@ -417,7 +237,7 @@ def report(results: dict, spmd_step, compiled_step, jax_step, steps: int) -> boo
           "and sync() as CPU time: less disturbed by other load)")
     print(f"  compile time after warm-up: {counters['compile_time_s']:.3f} s")
     peak_c = peak_bytes(compiled_step.compiled.memory_analysis())
-    peak_j = peak_bytes(_jax_compiled(jax_step).memory_analysis())
+    peak_j = peak_bytes(jax_compiled(jax_step).memory_analysis())
     ratio = f" ({peak_c / peak_j:.2f}x JAX)" if peak_c and peak_j else ""
     print(f"peak device memory per device (XLA memory analysis): compiled {_mib(peak_c)}, "
           f"JAX {_mib(peak_j)}{ratio}")
