@@ -99,7 +99,7 @@ def torchspmd_trainer(model: TinyTransformer, total: int, layout: Layout | None 
 def compiled_trainer(model: TinyTransformer, total: int, layout: Layout | None = None):
     """``step(i, x, y) -> loss`` through ``torchspmd.compile``: captured once, then one
     jitted call per step. ``step.phases`` holds (host seconds until the call returned,
-    seconds waiting for the loss)."""
+    seconds waiting for the loss, the host thread's CPU seconds until the call returned)."""
     model = place_torch(copy.deepcopy(model), layout)
     opt = torch.optim.AdamW(model.parameters(), lr=BASE_LR, weight_decay=WEIGHT_DECAY)
     device = torchspmd.device()
@@ -114,7 +114,7 @@ def compiled_trainer(model: TinyTransformer, total: int, layout: Layout | None =
         return loss
 
     def step(i: int, x: torch.Tensor, y: torch.Tensor) -> float:
-        start = time.perf_counter()
+        start, cpu_start = time.perf_counter(), time.thread_time()
         for group in opt.param_groups:
             group["lr"] = lr_at(i, total)  # a float by hand: copied into Adam's lr scalar
         x, y = x.to(device), y.to(device)
@@ -122,9 +122,9 @@ def compiled_trainer(model: TinyTransformer, total: int, layout: Layout | None =
             torchspmd.mark_sharding(x, layout.mesh, layout.batch)
             torchspmd.mark_sharding(y, layout.mesh, layout.batch)
         loss = train(x, y)
-        launched = time.perf_counter()
+        launched, cpu = time.perf_counter(), time.thread_time() - cpu_start
         value = loss.item()
-        phases.append((launched - start, time.perf_counter() - launched))
+        phases.append((launched - start, time.perf_counter() - launched, cpu))
         return value
 
     step.phases = phases
@@ -168,7 +168,7 @@ def jax_trainer(model: TinyTransformer, total: int, heads: int, layout: Layout |
                     else named_sharding(layout.mesh, layout.batch))
 
     def step(i: int, x: torch.Tensor, y: torch.Tensor) -> float:
-        start = time.perf_counter()
+        start, cpu_start = time.perf_counter(), time.thread_time()
         # The batch goes host -> device inside the step, as x.to("spmd") does on the
         # other side (with a layout: straight into its batch sharding).
         x, y = jax.device_put((x.numpy(), y.numpy()), batch_target)
@@ -176,10 +176,12 @@ def jax_trainer(model: TinyTransformer, total: int, heads: int, layout: Layout |
         step.last_args = (x, y, lr)
         state["params"], state["opt"], loss = train_step(state["params"], state["opt"], x, y, lr)
         step.host.append(time.perf_counter() - start)
+        step.host_cpu.append(time.thread_time() - cpu_start)
         jax.block_until_ready((state["params"], state["opt"]))
         return float(loss)
 
     step.host = []
+    step.host_cpu = []  # the host thread's CPU seconds until the call returned
     step.jitted = train_step
     step.state = state
     return step

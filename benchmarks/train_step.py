@@ -235,6 +235,11 @@ def report(results: dict, spmd_step, compiled_step, jax_step, steps: int) -> boo
     host_cpu = statistics.median(p[3] for p in spmd_step.phases[-steps:])
     print(f"  lazy host CPU time:          {host_cpu * 1e3:8.2f} ms/step (median; user code "
           "and sync() as CPU time: less disturbed by other load)")
+    cpu_c = statistics.median(p[2] for p in compiled_step.phases[-steps:])
+    cpu_j = statistics.median(jax_step.host_cpu[-steps:])
+    print(f"  host thread CPU until the call returns: compiled {cpu_c * 1e3:.2f} ms, JAX "
+          f"{cpu_j * 1e3:.2f} ms ({cpu_c / cpu_j:.2f}x; the host's own work, without the "
+          "waits for cores the running program takes)")
     print(f"  compile time after warm-up: {counters['compile_time_s']:.3f} s")
     peak_c = peak_bytes(compiled_step.compiled.memory_analysis())
     peak_j = peak_bytes(jax_compiled(jax_step).memory_analysis())
