@@ -216,7 +216,8 @@ class Plan:
         layouts = self._layouts
         placed = []
         for i, a in enumerate(arrays):
-            if layouts[i] is None or a.sharding != layouts[i]:
+            sharding = a.sharding
+            if sharding is not layouts[i] and (layouts[i] is None or sharding != layouts[i]):
                 a = placement.place(a, self.ids)
                 layouts[i] = a.sharding
             placed.append(a)
