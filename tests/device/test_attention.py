@@ -47,6 +47,24 @@ def test_attention_and_its_gradients_equal_cpu(case):
         torch.testing.assert_close(g, e, rtol=1e-5, atol=1e-5)
 
 
+def test_cross_attention_with_other_key_lengths_equals_cpu():
+    for causal in (False, True):
+        tensors = _qkv(q=6, k=10)
+        got = _values_and_grads(DEVICE, tensors, is_causal=causal)
+        expected = _values_and_grads("cpu", tensors, is_causal=causal)
+        for g, e in zip(got, expected):
+            torch.testing.assert_close(g, e, rtol=1e-5, atol=1e-5)
+
+
+def test_bfloat16_attention_is_close_to_cpu():
+    tensors = [t.to(torch.bfloat16) for t in _qkv()]
+    got = _values_and_grads(DEVICE, tensors, is_causal=True)
+    expected = _values_and_grads("cpu", tensors, is_causal=True)
+    for g, e in zip(got, expected):
+        assert g.dtype == torch.bfloat16
+        torch.testing.assert_close(g, e, rtol=2e-2, atol=2e-2)
+
+
 def test_grouped_query_heads_take_the_math_path_with_cpu_values():
     tensors = _qkv(h=4, kv_heads=2)
     got = _values_and_grads(DEVICE, tensors, enable_gqa=True, is_causal=True)
