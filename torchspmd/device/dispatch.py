@@ -110,7 +110,7 @@ _DYNAMO_REASON = ("torchspmd: spmd tensors are traced by torchspmd.compile, not 
 # about a microsecond per op, paid by every op of a training step. ``_entry`` goes
 # through it only while a torch.compile frame is running on this thread.
 _DISABLED = torch._dynamo.disable(dispatch, reason=_DYNAMO_REASON)
-_EVAL_FRAME_CALLBACK = torch._C._dynamo.eval_frame.get_eval_frame_callback
+_EVAL_FRAME_CALLBACK = getattr(torch._C._dynamo.eval_frame, "get_eval_frame_callback", None)
 
 
 def _entry(func, args: tuple, kwargs: dict):
@@ -119,14 +119,26 @@ def _entry(func, args: tuple, kwargs: dict):
     return _DISABLED(func, args, kwargs)
 
 
-# What TorchDynamo reads when it meets ``_entry`` while tracing: a disabled function,
-# with its reason (a graph break naming torchspmd.compile).
-for _attr in ("_torchdynamo_disable", "_torchdynamo_disable_msg",
-              "_torchdynamo_disable_recursive", "_torchdynamo_orig_callable"):
-    setattr(_entry, _attr, getattr(_DISABLED, _attr))
-_entry._torchdynamo_wrapper_id = id(_entry)
-torch._dynamo.eval_frame.skip_code(_entry.__code__)  # run as it is under a callback
-SpmdTensor._dispatch = staticmethod(_entry)
+def _install_entry() -> None:
+    """``_entry`` as the device's dispatcher, dressed as the disabled function TorchDynamo
+    reads when it meets it while tracing (a graph break naming torchspmd.compile). The
+    markers are TorchDynamo's private attributes: where this torch lacks one, every op
+    goes through the disabled wrapper instead (correct, a microsecond slower)."""
+    markers = ("_torchdynamo_disable", "_torchdynamo_disable_msg",
+               "_torchdynamo_disable_recursive", "_torchdynamo_orig_callable")
+    skip_code = getattr(torch._dynamo.eval_frame, "skip_code", None)
+    if _EVAL_FRAME_CALLBACK is None or skip_code is None or \
+            not all(hasattr(_DISABLED, m) for m in markers):
+        SpmdTensor._dispatch = staticmethod(_DISABLED)
+        return
+    for marker in markers:
+        setattr(_entry, marker, getattr(_DISABLED, marker))
+    _entry._torchdynamo_wrapper_id = id(_entry)
+    skip_code(_entry.__code__)  # run as it is under a callback
+    SpmdTensor._dispatch = staticmethod(_entry)
+
+
+_install_entry()
 
 
 # --- recording -------------------------------------------------------------------------
