@@ -201,7 +201,7 @@ class Plan:
         try:
             outputs = self.compiled(donated, kept, *self._vectors())
         except BaseException:
-            self._install(replaced, args)
+            self._restore(replaced)
             raise
         COUNTERS["executions"] += 1
         COUNTERS["donated_bytes"] += sum(n for n, alone in zip(self._donated_bytes, exclusive)
@@ -291,14 +291,25 @@ class Plan:
     def _install(self, fresh: list, args: list[SpmdTensor]) -> list:
         """Put each new value in the storage the step wrote; returns what they held."""
         replaced = []
-        for target, (value, tensor) in zip(self.captured.targets, fresh):
-            kind = target[0]
-            storage = (target[1]() if kind == "storage" else
-                       args[target[1]]._h.storage if kind == "arg" else None)
-            replaced.append((storage.value if storage is not None else None, tensor))
-            if storage is not None and value is not None:
+        for target, (value, _) in zip(self.captured.targets, fresh):
+            storage = self._storage(target, args)
+            if storage is not None:
+                replaced.append((storage, storage.value))
                 storage.set(value)
         return replaced
+
+    @staticmethod
+    def _restore(replaced: list) -> None:
+        """Undo :meth:`_install` (the program did not start)."""
+        for storage, value in reversed(replaced):
+            storage.set(value)
+
+    @staticmethod
+    def _storage(target: tuple, args: list[SpmdTensor]):
+        kind = target[0]
+        if kind == "storage":
+            return target[1]()
+        return args[target[1]]._h.storage if kind == "arg" else None
 
     def write_back(self, run: tuple, args: list[SpmdTensor]):
         """Finish the step's writes from ``run`` (what ``__call__`` returned): arrays into
