@@ -1,5 +1,6 @@
 """Learning-rate schedules: Adam's lr is a program input; hand-set floats are honoured."""
 
+import pytest
 import torch
 
 import torchspmd as xs
@@ -23,12 +24,18 @@ def _run(device, make_opt, data, schedule=None, compiled=False, hand_set=None):
     return losses, model
 
 
-def test_a_scheduler_changes_adams_lr_without_recapture_or_recompile():
+SCHEDULES = {
+    "StepLR": lambda opt: torch.optim.lr_scheduler.StepLR(opt, step_size=1, gamma=0.5),
+    "LambdaLR": lambda opt: torch.optim.lr_scheduler.LambdaLR(opt, lambda e: 0.5 ** e),
+}
+
+
+@pytest.mark.parametrize("name", SCHEDULES)
+def test_a_scheduler_changes_adams_lr_without_recapture_or_recompile(name):
     def adam(p):
         return torch.optim.Adam(p, lr=0.05)
 
-    def schedule(opt):
-        return torch.optim.lr_scheduler.StepLR(opt, step_size=1, gamma=0.5)
+    schedule = SCHEDULES[name]
 
     data = batches(6)
     expected, cpu_model = _run("cpu", adam, data, schedule)
@@ -39,6 +46,23 @@ def test_a_scheduler_changes_adams_lr_without_recapture_or_recompile():
     assert_params_close(model, cpu_model)
     assert after["step_captures"] - before["step_captures"] == 2  # warm-up, capture
     assert after["step_replays"] - before["step_replays"] == 4
+
+
+def test_a_number_a_scheduler_fills_in_reaches_the_step_without_a_program_of_its_own():
+    model = mlp(DEVICE)
+    opt = torch.optim.AdamW(model.parameters(), lr=0.05)
+    # LambdaLR fills the lr tensor with a Python number (recursive schedulers such as
+    # CosineAnnealingLR compute it from the tensor itself: a small program of their own).
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda epoch: 0.9 ** epoch)
+    step = xs.compile(train_step(model, opt))
+    in_steps = 0
+    for i, (x, y) in enumerate(batches(8)):
+        x, y = on_device(x, y)
+        before = xs.metrics()["executions"]
+        step(x, y)
+        in_steps += xs.metrics()["executions"] - before if i >= 4 else 0
+        sched.step()  # fills the lr scalar in place: pending until the next call
+    assert in_steps == 4  # one program per step: the fill does not run on its own
 
 
 def test_a_hand_set_float_lr_is_used_by_the_next_call():
