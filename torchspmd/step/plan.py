@@ -193,13 +193,14 @@ class Plan:
             for place in self.regrads:
                 place.set(None)
         fresh = self._fresh(placed)
+        vectors = self._vectors()
         if self.compiled is None:
-            self._compile(donated, kept, self._host_vectors())
+            self._compile(donated, kept, vectors)
         # State takes its new values before the program starts (their arrays are filled
         # in when it returns): less host work while it runs.
         replaced = self._install(fresh, args)
         try:
-            outputs = self.compiled(donated, kept, *self._vectors())
+            outputs = self.compiled(donated, kept, *vectors)
         except BaseException:
             self._restore(replaced)
             raise
@@ -223,20 +224,16 @@ class Plan:
             placed.append(a)
         return placed
 
-    def _host_vectors(self) -> list[np.ndarray]:
+    def _vectors(self) -> list:
+        """The scalar inputs of this call, with fresh seeds; kept on the devices between
+        calls while their values repeat (``Program.placed_vectors``)."""
         ints = self.vectors[int]
         if self.seed_slots:
             ints = ints.copy()
             for slot in self.seed_slots:
                 ints[slot] = rng.next_seed()
-        return [self.vectors[float], ints, self.vectors[bool]]
-
-    def _vectors(self) -> list:
-        """The scalar inputs of this call: the plan's own are fixed, so they stay on the
-        devices between calls (an upload each costs host time); only fresh seeds travel."""
-        if not self.seed_slots:
-            return self._device_vectors
-        return [self._device_vectors[0], self._host_vectors()[1], self._device_vectors[2]]
+        return self.program.placed_vectors([self.vectors[float], ints, self.vectors[bool]],
+                                           self.ids)
 
     def _compile(self, donated, kept, vectors) -> None:
         layout = tuple((a.shape, a.dtype, a.sharding) for a in (*donated, *kept))
@@ -245,7 +242,6 @@ class Plan:
         self._donated_bytes = [a.nbytes for a in donated]
         if cached is not None:  # the same graph captured again (hyperparameters changed)
             self.compiled, self.memory = cached
-            self._keep_vectors(vectors)
             return
         start, cpu = time.perf_counter(), time.process_time()
         # Compiled ahead of time for its memory analysis, then called directly: jit's own
@@ -256,13 +252,6 @@ class Plan:
         self.memory = self.compiled.memory_analysis()
         _EXECUTABLES[key] = (self.compiled, self.memory)
         COUNTERS["compile_time_s"] += time.perf_counter() - start
-        self._keep_vectors(vectors)
-
-    def _keep_vectors(self, vectors: list[np.ndarray]) -> None:
-        """The scalar vectors on the devices, in the layouts the program takes them."""
-        layouts = self.compiled.input_shardings[0][2:]
-        self._device_vectors = [v if layout is None else jax.device_put(v, layout)
-                                for v, layout in zip(vectors, layouts)]
 
     def _fresh(self, placed: list) -> list:
         """For each output: its new value (the array filled in after the call, unless it is
