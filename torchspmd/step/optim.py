@@ -61,11 +61,9 @@ def _lr_on_device(opt, group) -> None:
     lr = group["lr"]
     scalar = owned.get(id(group))
     if isinstance(lr, torch.Tensor) and lr is scalar:
-        _filled_from_host(lr)
         return
     if isinstance(lr, torch.Tensor) and lr.device == DEVICE:
         owned[id(group)] = lr  # the user's own device scalar: schedulers fill it
-        _filled_from_host(lr)
         return
     value = float(lr)
     if scalar is None:
@@ -73,21 +71,6 @@ def _lr_on_device(opt, group) -> None:
     else:  # new host data for the same tensor: an upload, not a program run
         scalar._h.storage.set(new_leaf(scalar._h.meta, host=np.array(value, dtype=np.float64)))
     group["lr"] = scalar
-
-
-def _filled_from_host(lr: torch.Tensor) -> None:
-    """A scheduler's ``lr.fill_(value)`` (still pending) as host data: the step then
-    uploads the number instead of running a program of its own for the fill."""
-    node, _ = lr._h.storage.value
-    if (lr._h.view or node.arrays is not None or node.host is not None
-            or node.sig.op is not torch.ops.aten.fill.Scalar or len(node.scalars) != 1
-            or lr.dtype not in _HOST_DTYPES):
-        return
-    host = np.array(node.scalars[0], dtype=_HOST_DTYPES[lr.dtype])
-    lr._h.storage.set(new_leaf(lr._h.meta, host=host))
-
-
-_HOST_DTYPES = {torch.float64: np.float64, torch.float32: np.float32}
 
 
 def _portable_state_dict(opt, state_dict: dict) -> dict:

@@ -16,30 +16,47 @@ Example::
 
 from __future__ import annotations
 
+import math
 import time
 import weakref
 
 import jax
 import jax.numpy as jnp
 import numpy as np
+import torch
 from torch.utils._pytree import tree_unflatten
 
 from torchspmd.device.tensor import SpmdTensor
 from torchspmd.lazy.handle import Handle
 from torchspmd.lazy.node import Node
 from torchspmd.lowering import RANDOM_OPS
+from torchspmd.lowering.dtypes import to_jax_dtype
 from torchspmd.runtime import donation, execute, placement, rng
 from torchspmd.runtime.cache import LRU
 from torchspmd.runtime.memory import check_fits
 from torchspmd.runtime.metrics import COUNTERS
 from torchspmd.runtime.program import Program, donated_first
+from torchspmd.sharding.state import new_leaf
 from torchspmd.step import optim
 from torchspmd.step.capture import Captured
 
+aten = torch.ops.aten
 _VECTOR_DTYPES = {float: np.float64, int: np.int64, bool: np.bool_}
 # Compiled steps by graph key, donated inputs and input layouts: a step captured again
 # (a hyperparameter changed, state moved) reuses its executable.
 _EXECUTABLES = LRU(64)
+
+
+def _filled_from_host(storage) -> None:
+    """A pending ``fill_`` of a one-element tensor with a Python number (a scheduler's new
+    learning rate) as host data: the step uploads the number instead of running a
+    program of its own for the fill."""
+    node, _ = storage.value
+    meta = storage.meta
+    if (node.host is None and node.sig.op is aten.fill.Scalar and len(node.scalars) == 1
+            and math.prod(meta.shape) == 1):
+        host = np.full(meta.shape, node.scalars[0], dtype=to_jax_dtype(meta.dtype))
+        storage.set(new_leaf(meta, host=host))
 
 
 class StalePlan(Exception):
@@ -158,18 +175,19 @@ class Plan:
         if first:
             return list(self.captured.graph.leaves)
         values = []
+        pending = []  # changed outside the step (a scheduler's fill_, a manual edit)
         for kind, ref in self.sources:
-            if kind == "arg":
-                values.append(args[ref]._h.storage.value)
-            elif kind == "storage":
-                storage = ref()
-                if storage is None:
-                    raise StalePlan("a tensor the step reads was dropped")
-                values.append(storage.value)
-            else:
+            if kind == "const":
                 values.append(ref)
-        pending = [v for v in values if v[0].arrays is None]
-        if pending:  # changed outside the step (a scheduler's fill_, a manual edit)
+                continue
+            storage = args[ref]._h.storage if kind == "arg" else ref()
+            if storage is None:
+                raise StalePlan("a tensor the step reads was dropped")
+            if storage.value[0].arrays is None:
+                _filled_from_host(storage)
+                pending.append(storage.value)
+            values.append(storage.value)
+        if pending:
             execute.materialize(pending)
         return values
 
