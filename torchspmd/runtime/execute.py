@@ -21,7 +21,7 @@ from torchspmd.lowering.annotations import FULL_TO_SHARD, SHARD_TO_FULL, SHARDIN
 from torchspmd.runtime import memory, placement, transfer
 from torchspmd.runtime.donation import lazy_donations
 from torchspmd.runtime.cache import LRU, programs_capacity_from_env
-from torchspmd.runtime.graph import collect
+from torchspmd.runtime.graph import OUTPUTS, collect
 from torchspmd.runtime.metrics import COUNTERS
 from torchspmd.runtime.program import Program
 
@@ -113,7 +113,7 @@ class _Parts:
         for i, codes in enumerate(graph.operands):
             for code in codes:
                 if code >= 0:
-                    parent[find(code // 4096)] = find(i)
+                    parent[find(code // OUTPUTS)] = find(i)
         position = {n: i for i, n in enumerate(graph.nodes)}
         ids = {}
         component = [ids.setdefault(find(position[r]), len(ids)) for r in graph.roots]

@@ -22,9 +22,13 @@ class Graph:
     operands: list[list[int]]  # per node: its operands as codes (see ``operand_code``)
 
 
+# An operand code packs (node position, output index): position * OUTPUTS + index.
+OUTPUTS = 4096
+
+
 def operand_code(position: int, index: int) -> int:
     """Operand ``index`` of pending node ``position`` (>= 0), or leaf ``~position`` (< 0)."""
-    return position * 4096 + index if position >= 0 else position
+    return position * OUTPUTS + index if position >= 0 else position
 
 
 def collect(roots: list[Node], wanted: dict | None = None) -> Graph:
@@ -59,7 +63,7 @@ def collect(roots: list[Node], wanted: dict | None = None) -> Graph:
             for value in node.inputs:
                 n = value[0]
                 if n.arrays is None and n.host is None:
-                    codes.append(position[n] * 4096 + value[1])  # operand_code
+                    codes.append(position[n] * OUTPUTS + value[1])  # operand_code
                     continue
                 leaf = leaf_position.get(value)
                 if leaf is None:

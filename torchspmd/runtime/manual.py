@@ -12,6 +12,7 @@ from jax.sharding import PartitionSpec
 
 from torchspmd.lowering.annotations import FULL_TO_SHARD, SHARD_TO_FULL
 from torchspmd.lowering.xla_shardings import mesh_in_id_order
+from torchspmd.runtime.graph import OUTPUTS
 
 
 def manual_steps(steps: list) -> frozenset[int]:
@@ -20,7 +21,7 @@ def manual_steps(steps: list) -> frozenset[int]:
     for i, (sig, operands) in enumerate(steps):
         if sig.op is FULL_TO_SHARD:
             manual.add(i)
-        elif sig.op is not SHARD_TO_FULL and any(c >= 0 and c // 4096 in manual for c in operands):
+        elif sig.op is not SHARD_TO_FULL and any(c >= 0 and c // OUTPUTS in manual for c in operands):
             manual.add(i)
     return frozenset(manual)
 
@@ -32,7 +33,7 @@ def check_region(steps: list, manual: frozenset[int], roots: list) -> None:
         if sig.op is FULL_TO_SHARD:
             continue
         for c in operands:
-            if c < 0 or c // 4096 not in manual:
+            if c < 0 or c // OUTPUTS not in manual:
                 raise NotImplementedError(
                     f"torchspmd: {sig.op} inside a manual-sharding region mixes a local block "
                     "with a global tensor. Bring the global tensor in with "
@@ -56,8 +57,8 @@ def run_region(steps, manual, values, operand, lower, step_scalars) -> None:
         local = {i: [x] for i, x in zip(entries, local_inputs)}
         for i, s in zip(body_steps, scalars):
             sig, operands = steps[i]
-            local[i] = lower(sig, [local[c // 4096][c % 4096] for c in operands], s)
-        return [local[steps[i][1][0] // 4096][steps[i][1][0] % 4096] for i in exits]
+            local[i] = lower(sig, [local[c // OUTPUTS][c % OUTPUTS] for c in operands], s)
+        return [local[steps[i][1][0] // OUTPUTS][steps[i][1][0] % OUTPUTS] for i in exits]
 
     mapped = jax.shard_map(
         body, mesh=mesh, check_vma=False,

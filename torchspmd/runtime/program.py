@@ -19,7 +19,7 @@ from torchspmd.lowering.annotations import SHARD_TO_FULL, SHARDING_CONSTRAINT
 from torchspmd.lowering.dtypes import to_jax_dtype
 from torchspmd.runtime import transfer
 from torchspmd.runtime.donation import NOT_USABLE, output_avals
-from torchspmd.runtime.graph import Graph
+from torchspmd.runtime.graph import OUTPUTS, Graph
 from torchspmd.runtime.manual import check_region, manual_steps, run_region
 from torchspmd.runtime.memory import check_fits
 from torchspmd.runtime.metrics import COUNTERS
@@ -165,7 +165,7 @@ class Program:
         values: list = [None] * len(self.steps)
 
         def operand(code):
-            return leaves[~code] if code < 0 else values[code // 4096][code % 4096]
+            return leaves[~code] if code < 0 else values[code // OUTPUTS][code % OUTPUTS]
 
         for i, (sig, operands) in enumerate(self.steps):
             if i in self.manual:
