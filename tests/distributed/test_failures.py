@@ -13,9 +13,10 @@ READ_FAILED = "torchspmd: process 0 could not read a value because a collective"
 HEARTBEATS_MISSED = "This most likely indicates that another task died"
 
 
-def test_when_one_process_is_killed_the_other_exits_with_an_error():
+def test_when_one_process_is_killed_the_other_exits_with_an_error(tmp_path):
     # The launch is bounded: a survivor still waiting after 90 s fails the test.
-    survivor, dead = spawn(HERE / "dies.py", timeout=90, TORCHSPMD_CPU_DEVICES="4")
+    survivor, dead = spawn(HERE / "dies.py", str(tmp_path / "process-0-read"), timeout=90,
+                           TORCHSPMD_CPU_DEVICES="4")
     assert "process 0 read 4032.0" in survivor.output, survivor.output[-3000:]
     assert dead.returncode != 0
     assert survivor.returncode != 0, survivor.output[-3000:]
