@@ -117,6 +117,17 @@ def test_fsdp_tp_training_matches_one_process_within_1e_6(ranks, one_process_run
         np.testing.assert_allclose(seen["checkpoints"]["losses"], expected, rtol=1e-6)
 
 
+def test_compiled_step_trains_as_in_one_process(ranks):
+    mesh = programs.mesh_4x2()
+    model, opt = programs.sharded_mlp(mesh)
+    expected = programs.train_compiled(model, opt, mesh, range(5))
+    for seen in ranks[0]:
+        assert seen["compiled"]["replays"] >= 3  # the steps after warm-up and capture
+        np.testing.assert_allclose(seen["compiled"]["losses"], expected, rtol=1e-6)
+        np.testing.assert_allclose(seen["compiled"]["weight"],
+                                   model.layers[0].weight.detach().cpu(), rtol=1e-6, atol=1e-7)
+
+
 def test_each_process_writes_the_shards_its_devices_own(ranks):
     path = ranks[1] / "checkpoint"
     metadata = dcp.FileSystemReader(str(path)).read_metadata()

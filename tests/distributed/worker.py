@@ -107,12 +107,23 @@ def checkpoints(out: str, checkpoint_in: str) -> dict:
             "loaded_sharding": get_sharding(loaded.layers[0].weight)}
 
 
+def compiled() -> dict:
+    """A compiled training step: its losses, and how many calls replayed the program."""
+    mesh = programs.mesh_4x2()
+    model, opt = programs.sharded_mlp(mesh)
+    before = torchspmd.metrics()["step_replays"]
+    losses = programs.train_compiled(model, opt, mesh, range(5))
+    return {"losses": losses, "replays": torchspmd.metrics()["step_replays"] - before,
+            "weight": model.layers[0].weight.cpu().tolist()}
+
+
 def main(out: str, checkpoint_in: str) -> None:
     mesh = programs.mesh_4x2()
     result = {"queries": queries(), "meshes": meshes(), "shards": shards(mesh),
               "uploads": uploads(mesh),
               "loader": loader(Mesh(np.arange(8), (8,), ("data",))),
-              "sub_meshes": sub_meshes(), "checkpoints": checkpoints(out, checkpoint_in)}
+              "sub_meshes": sub_meshes(), "checkpoints": checkpoints(out, checkpoint_in),
+              "compiled": compiled()}
     with open(os.path.join(out, f"rank{xr.process_index()}.json"), "w") as f:
         json.dump(result, f)
 
