@@ -34,17 +34,24 @@ __all__ = ["exclusive", "lazy_donations", "output_avals", "NOT_USABLE"]
 NOT_USABLE = "Some donated buffers were not usable"
 
 
-def exclusive(value, array, flying: set[int]) -> bool:
-    """Whether the leaf ``value`` and its ``array`` are held only by the one storage that
-    a compiled step overwrites (so donating the buffer cannot break another tensor)."""
-    node = value[0]
-    # Expected references: to the tuple, the storage's ``value``, the caller's list, this
-    # argument and getrefcount's; to the node, that tuple, this local and getrefcount's;
-    # to the array, ``node.arrays``, the caller's list, this argument, getrefcount's, and
-    # the in-flight list if there.
-    return (sys.getrefcount(value) <= 4 and sys.getrefcount(node) <= 3
-            and sys.getrefcount(array) <= 4 + (id(array) in flying)
-            and not shares_buffers(array))
+def exclusive(values: list, arrays: list, indices: list[int], flying: set[int]) -> list[bool]:
+    """For each of ``indices``: whether the leaf ``values[i]`` and its array ``arrays[i]``
+    are held only by the one storage that a compiled step overwrites (so donating the
+    buffer cannot break another tensor)."""
+    getrefcount = sys.getrefcount
+    alone = []
+    for i in indices:
+        value = values[i]
+        node = value[0]
+        array = arrays[i]
+        # Expected references: to the tuple, the storage's ``value``, ``values``, this
+        # local and getrefcount's; to the node, that tuple, this local and getrefcount's;
+        # to the array, ``node.arrays``, ``arrays``, this local, getrefcount's, and the
+        # in-flight list if there.
+        alone.append(getrefcount(value) <= 4 and getrefcount(node) <= 3
+                     and getrefcount(array) <= 4 + (id(array) in flying)
+                     and not shares_buffers(array))
+    return alone
 
 
 def lazy_donations(graph: Graph, inputs: list, flying: set[int],

@@ -198,7 +198,8 @@ class Plan:
         values = self.inputs(args, first)
         arrays = [v[0].arrays[v[1]] for v in values]
         flying = execute.in_flight_ids()
-        exclusive = [not first and donation.exclusive(values[i], arrays[i], flying) for i in self.donated]
+        exclusive = (donation.exclusive(values, arrays, self.donated, flying) if not first
+                     else [False] * len(self.donated))
         placed = self._placed(arrays)
         donated = []
         for i, alone in zip(self.donated, exclusive):
@@ -280,18 +281,22 @@ class Plan:
         for target, ref, sig in zip(self.captured.targets, self.refs, self.sigs):
             node = Node(sig)
             node.arrays = [None] * len(sig.outputs)
+            index = ref[2]
             if ref[0] == "in":
-                node.arrays[ref[2]] = placed[ref[1]]
-            value = (node, ref[2])
-            tensor = None
-            if target[0] == "place":
+                node.arrays[index] = placed[ref[1]]
+            value = (node, index)
+            kind = target[0]
+            if kind == "storage" or kind == "arg":
+                fresh.append((value, None))
+                continue
+            if kind == "place":
                 requires_grad, cls = target[2]
-                tensor = SpmdTensor(Handle.new(value, sig.outputs[ref[2]]),
+                tensor = SpmdTensor(Handle.new(value, sig.outputs[index]),
                                     requires_grad=requires_grad)
                 if cls is not SpmdTensor:  # nn.Parameter
                     tensor = cls(tensor, requires_grad=requires_grad)
-            elif target[0] == "return":
-                tensor = SpmdTensor(Handle.new(value, sig.outputs[ref[2]]))
+            else:  # a result
+                tensor = SpmdTensor(Handle.new(value, sig.outputs[index]))
             fresh.append((value, tensor))
         return fresh
 
