@@ -88,9 +88,11 @@ class Plan:
         self.regrads = [t[1] for t in captured.targets
                         if t[0] == "place" and t[1].key == "grad" and not t[1].item]
         program = self.program
+        order = self._output_order(captured)
 
         def replay(leaves, floats, ints, bools):
-            return [a for group in program._replay(leaves, floats, ints, bools) for a in group]
+            flat = [a for group in program._replay(leaves, floats, ints, bools) for a in group]
+            return [flat[j] for j in order]
 
         self.jitted = jax.jit(donated_first(replay, len(self.sources), tuple(self.donated)),
                               donate_argnums=(0,))
@@ -122,6 +124,7 @@ class Plan:
         for r, (root, outs) in enumerate(zip(graph.roots, graph.wanted)):
             for i in outs:
                 flat_index[(root, i)] = len(flat_index)
+        self.flat_outputs = len(flat_index)
         leaf_index = {leaf: k for k, leaf in enumerate(graph.leaves)}
         self.refs = []
         self.sigs = []
@@ -135,6 +138,36 @@ class Plan:
                     "torchspmd.compile: the step hands out data it did not compute or read "
                     "(a tensor made from host data and kept); create it outside the step")
             self.sigs.append(node.sig)
+
+    def _output_order(self, captured: Captured) -> list[int]:
+        """The program's outputs in the order it returns them: first the new value of each
+        donated input, in the donated inputs' order; ``self.refs`` renumbered to match.
+
+        JAX gives each donated buffer to the first output of its shape and dtype still
+        without one. Listed in any other order, a parameter's buffer could go to another
+        parameter's new value of the same shape while it is still to be read: XLA then
+        copies every such input first (92 copies of parameters and moments in the
+        benchmark's step)."""
+        writes = {}  # what a source is, as a target that writes it -> output positions
+        for j, (target, ref) in enumerate(zip(captured.targets, self.refs)):
+            if ref[0] == "out" and target[0] in ("arg", "storage"):
+                key = target[1] if target[0] == "arg" else target[1]()
+                writes.setdefault((target[0], key), ref[1])
+        for j, i in captured.substitutions.items():  # a slot refilled: its new tensor
+            if self.refs[j][0] == "out":
+                writes.setdefault(("index", i), self.refs[j][1])
+        order = []
+        for i in self.donated:
+            kind, ref = self.sources[i]
+            key = (kind, ref if kind == "arg" else ref())
+            flat = writes.get(key, writes.get(("index", i)))
+            if flat is not None and flat not in order:
+                order.append(flat)
+        chosen = set(order)
+        order += [j for j in range(self.flat_outputs) if j not in chosen]
+        position = {j: k for k, j in enumerate(order)}
+        self.refs = [("out", position[r[1]], r[2]) if r[0] == "out" else r for r in self.refs]
+        return order
 
     def _donated(self, captured: Captured) -> list[int]:
         """Sources the step overwrites: their old buffers can go to the program."""
