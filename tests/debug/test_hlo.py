@@ -5,7 +5,8 @@ import rich.table
 import torch
 
 import torchspmd
-from torchspmd.debug import (collectives, last_hlo, metrics_report, visualize_tensor_sharding)
+from torchspmd.debug import (collectives, copied_arguments, last_hlo, metrics_report,
+                             visualize_tensor_sharding)
 from torchspmd.debug.hlo import COLLECTIVES
 from torchspmd.sharding import Mesh, mark_sharding
 
@@ -34,6 +35,21 @@ def test_collectives_counts_each_kind_once_per_instruction():
 def test_collectives_of_text_without_any():
     assert collectives("%a = f32[2]{0} add(f32[2]{0} %x, f32[2]{0} %y)") == dict.fromkeys(
         COLLECTIVES, 0)
+
+
+def test_copied_arguments_counts_copies_of_arguments_only():
+    text = """
+ENTRY %main (p: f32[4], q: f32[4]) -> (f32[4], f32[4], f32[4]) {
+  %p = f32[4]{0} parameter(0)
+  %q.1 = f32[4]{0} parameter(1)
+  %c = f32[4]{0} copy(%p)
+  %d = f32[4]{0} copy(f32[4]{0} %q.1)
+  %sum = f32[4]{0} add(%p, %q.1)
+  %e = f32[4]{0} copy(%sum)
+  ROOT %t = (f32[4]{0}, f32[4]{0}, f32[4]{0}) tuple(%c, %d, %e)
+}
+"""
+    assert copied_arguments(text) == 2
 
 
 def test_last_hlo_is_the_partitioned_program():

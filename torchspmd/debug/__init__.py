@@ -8,6 +8,7 @@ Example::
     print(d.tensor_debug_info(y))   # pending or data, its node, its sharding
     d.visualize_tensor_sharding(x)
     d.collectives()                 # collectives in the latest executed program
+    d.copied_arguments()            # arguments it copies (a donated buffer not reused)
     d.metrics_report()
 """
 
@@ -17,7 +18,7 @@ import rich.console
 import rich.table
 
 from torchspmd.debug.describe import tensor_debug_info
-from torchspmd.debug.hlo import collectives, last_hlo
+from torchspmd.debug.hlo import collectives, copied_arguments, last_hlo
 from torchspmd.debug.pending import pending_hlo, propagated_shardings
 from torchspmd.device import bounds
 from torchspmd.debug.visualize import visualize_sharding
@@ -25,7 +26,7 @@ from torchspmd.runtime.metrics import metrics
 from torchspmd.sharding.api import get_sharding
 
 __all__ = ["visualize_sharding", "visualize_tensor_sharding", "last_hlo", "collectives",
-           "metrics_report", "check_indices", "pending_hlo", "propagated_shardings",
+           "copied_arguments", "metrics_report", "check_indices", "pending_hlo", "propagated_shardings",
            "tensor_debug_info", "_get_xla_tensors_hlo", "_get_xla_tensor_debug_info"]
 
 # PyTorch/XLA's names (``torch_xla._XLAC``), so debugging code ports unchanged.

@@ -14,7 +14,7 @@ import re
 
 from torchspmd.runtime.execute import last_program
 
-__all__ = ["COLLECTIVES", "last_hlo", "collectives"]
+__all__ = ["COLLECTIVES", "last_hlo", "collectives", "copied_arguments"]
 
 COLLECTIVES = ("all-gather", "all-reduce", "reduce-scatter", "all-to-all", "collective-permute")
 
@@ -65,3 +65,25 @@ def collectives(graph: str | None = None) -> dict[str, int]:
         if opcode in counts:
             counts[opcode] += 1
     return counts
+
+
+_PARAMETER = re.compile(r"^\s*(%\S+) = .*?\bparameter\(\d+\)", re.MULTILINE)
+_COPY_OF = re.compile(r"\bcopy\((?:[^%()]*\s)?(%[^),\s]+)\)")  # operand typed or not
+
+
+def copied_arguments(graph: str | None = None) -> int:
+    """How many of the entry computation's arguments an HLO text (default: the latest
+    graph's) copies whole: work a step should not need when every donated buffer goes
+    to its own tensor's new value (a copy means XLA could not update it in place).
+
+    Example::
+
+        >>> copied_arguments("ENTRY %main (p: f32[4]) -> f32[4] {\\n"
+        ...                  "  %p = f32[4]{0} parameter(0)\\n"
+        ...                  "  ROOT %copy = f32[4]{0} copy(%p)\\n}")
+        1
+    """
+    text = last_hlo() if graph is None else graph
+    entry = text[text.index("ENTRY"):] if "ENTRY" in text else text
+    arguments = set(_PARAMETER.findall(entry))
+    return sum(1 for name in _COPY_OF.findall(entry) if name in arguments)

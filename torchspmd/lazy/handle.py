@@ -28,12 +28,15 @@ _EPOCH = provenance.EPOCH
 class Storage:
     """The current value of a base tensor, shared by the base and all its views."""
 
-    __slots__ = ("value", "meta", "version", "__weakref__")
+    __slots__ = ("value", "meta", "version", "origin", "__weakref__")
 
     def __init__(self, value: tuple[Node, int], meta: TensorMeta):
         self.meta = meta
         self.version = 0
         self.value = value
+        # (seq, index) of the data this storage held before its value became pending: the
+        # buffer its new value may take over when the step runs (``execute.sync``).
+        self.origin = None
         if not value[0].is_leaf:
             PENDING.add(self)
         if _RECORDING[0] is not None:
@@ -42,6 +45,9 @@ class Storage:
     def set(self, value: tuple[Node, int]) -> None:
         if _RECORDING[0] is not None:
             provenance.wrote(self)
+        old = self.value[0]
+        if old.arrays is not None:
+            self.origin = (old.seq, self.value[1])
         self.value = value
         self.version += 1
         if not value[0].is_leaf:

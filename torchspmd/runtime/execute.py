@@ -52,9 +52,10 @@ def sync(wait: bool = False) -> None:
     """
     if is_recording():
         return
-    _, _, values = take_pending()
+    storages, _, values = take_pending()
     wanted = wanted_outputs(values)
-    execute(sorted(wanted, key=lambda n: n.seq), wanted)
+    successors = {s.origin: s.value for s in storages if s.origin is not None}
+    execute(sorted(wanted, key=lambda n: n.seq), wanted, successors)
     if wait:
         wait_device_ops()
 
@@ -195,10 +196,12 @@ def _array(node: Node, index: int) -> jax.Array:
     return array
 
 
-def execute(roots: list[Node], wanted: dict | None = None) -> None:
+def execute(roots: list[Node], wanted: dict | None = None, successors: dict | None = None) -> None:
     """Run the graph of ``roots``; afterwards each root is a leaf holding its arrays.
 
     Independent computations on different device sets run as one program each.
+    ``successors`` maps a data value, as ``(node.seq, index)``, to the pending value that
+    replaces it in its tensor: the output that should take over its buffer if donated.
     """
     if not roots:
         return
@@ -212,7 +215,7 @@ def execute(roots: list[Node], wanted: dict | None = None) -> None:
         failure = None
         for _, indices in placements:
             try:
-                execute([graph.roots[i] for i in indices], wanted)
+                execute([graph.roots[i] for i in indices], wanted, successors)
             except torch.OutOfMemoryError as error:
                 failure = failure or error
         if failure is not None:
@@ -231,7 +234,8 @@ def execute(roots: list[Node], wanted: dict | None = None) -> None:
         COUNTERS["donated_bytes"] += sum(inputs[i].nbytes for i in donate)
     ids = target if target is not None else tuple(range(len(devices())))
     try:
-        outputs = program.run(graph, inputs, donate, ids)
+        outputs = program.run(graph, inputs, donate, ids,
+                              _paired_outputs(graph, donate, successors))
     except Exception as error:
         if not (isinstance(error, torch.OutOfMemoryError) or memory.is_out_of_memory(error)):
             raise
@@ -248,6 +252,31 @@ def execute(roots: list[Node], wanted: dict | None = None) -> None:
             full[i] = _on_devices(a, ids)
         root.materialized(full)
     note_in_flight([a for arrays in outputs for a in arrays])
+
+
+def _paired_outputs(graph, donate: tuple[int, ...], successors: dict | None) -> tuple:
+    """For each donated leaf position, the output (root position, position in its group)
+    that replaces it in its tensor, or None: JAX gives a donated buffer to the first
+    output of its shape still without one, so the program lists these first (else a
+    parameter's buffer may go to another parameter's new value while it is still to be
+    read, and XLA copies the parameter first)."""
+    if not donate or not successors:
+        return ()
+    where = {(id(root), out): (r, k)
+             for r, (root, outs) in enumerate(zip(graph.roots, graph.wanted))
+             for k, out in enumerate(outs)}
+    pairs, taken = [], set()
+    for position in donate:
+        leaf, index = graph.leaves[position]
+        successor = successors.get((leaf.seq, index))
+        pair = None if successor is None else where.get((id(successor[0]), successor[1]))
+        if pair is not None and pair not in taken and leaf.sig is not None and \
+                leaf.sig.outputs[index][::2] == successor[0].sig.outputs[successor[1]][::2]:
+            taken.add(pair)
+        else:
+            pair = None
+        pairs.append(pair)
+    return tuple(pairs) if taken else ()
 
 
 def single_target(graph) -> tuple[int, ...] | None:

@@ -57,20 +57,23 @@ class Program:
         # One process: its vectors may live on the devices (in several, each call sends
         # its own host copy, as jit does with numpy arguments).
         self._keeps_vectors = jax.process_count() == 1
-        # Per set of donated leaf positions: the jit that donates them, and whether it has
-        # been compiled (a training step donates the same leaves every time).
-        self._donating: dict[tuple[int, ...], object] = {}
-        self._compiled_donations: set[tuple[int, ...]] = set()
+        # Per set of donated leaf positions and their paired outputs: the jit that donates
+        # them, and whether it has been compiled (a training step donates the same leaves
+        # every time).
+        self._donating: dict[tuple, object] = {}
+        self._compiled_donations: set[tuple] = set()
         self._last_args = None  # the latest run's argument layouts, for optimized_hlo()
         # Per scalar vector: (host value, its device copy, device ids) of the latest run.
         self._vector_copies: list = [None] * len(_KINDS)
 
     def run(self, graph: Graph, leaf_arrays: list, donate: tuple[int, ...] = (),
-            ids: tuple[int, ...] | None = None) -> list[list]:
+            ids: tuple[int, ...] | None = None, pairs: tuple = ()) -> list[list]:
         """Execute on ``graph``'s scalars and ``leaf_arrays``; the roots' output arrays.
 
         The leaves at positions ``donate`` give their buffers to the program (see
-        ``donation.lazy_donations``): those arrays are deleted by the call. ``ids``: the
+        ``donation.lazy_donations``): those arrays are deleted by the call; ``pairs``
+        names, per donated leaf, the output (root position, position in its group) that
+        should take its buffer, or None (see ``execute._paired_outputs``). ``ids``: the
         devices the program runs on, where its scalar vectors are kept between runs
         (``None``: they travel from the host on every call).
         """
@@ -79,11 +82,13 @@ class Program:
                    for positions, dt in zip(self.vector_positions, _VECTOR_DTYPES)]
         vectors = self.placed_vectors(vectors, ids)
         # Layouts only: holding the arrays would keep last step's buffers alive.
-        self._last_args = ([(a.shape, a.dtype, a.sharding) for a in leaf_arrays], vectors, donate)
-        jitted, args = self._call(leaf_arrays, donate)
+        self._last_args = ([(a.shape, a.dtype, a.sharding) for a in leaf_arrays], vectors,
+                           donate, pairs)
+        jitted, args = self._call(leaf_arrays, donate, pairs)
         del leaf_arrays
         start = time.perf_counter()
-        first = (donate not in self._compiled_donations) if donate else not self.compiled_once
+        key = (donate, pairs)
+        first = (key not in self._compiled_donations) if donate else not self.compiled_once
         with warnings.catch_warnings():
             warnings.filterwarnings("ignore", message=NOT_USABLE)
             if first:  # compiled here and reused by the call below
@@ -92,9 +97,13 @@ class Program:
                 COUNTERS["compile_cpu_s"] += time.process_time() - cpu
                 check_fits(compiled, graph)
             outputs = jitted(*args, *vectors)
+        if pairs:  # the outputs listed first go back to their groups
+            first_outputs, outputs = outputs
+            for pair, array in zip([p for p in pairs if p is not None], first_outputs):
+                outputs[pair[0]][pair[1]] = array
         if first:
             if donate:
-                self._compiled_donations.add(donate)
+                self._compiled_donations.add(key)
             else:
                 self.compiled_once = True
             COUNTERS["compile_time_s"] += time.perf_counter() - start
@@ -126,15 +135,17 @@ class Program:
             placed.append(copy)
         return placed
 
-    def _call(self, leaf_arrays: list, donate: tuple[int, ...]):
+    def _call(self, leaf_arrays: list, donate: tuple[int, ...], pairs: tuple = ()):
         """The jit to call and its leaf arguments: ``[leaves]``, or ``[donated], [kept]``."""
         if not donate:
             return self.jitted, [leaf_arrays]
-        jitted = self._donating.get(donate)
+        jitted = self._donating.get((donate, pairs))
         if jitted is None:
             replay = donated_first(self._replay, len(leaf_arrays), donate)
-            jitted = self._donating[donate] = jax.jit(replay, donate_argnums=(0,),
-                                                      keep_unused=True)
+            if pairs:
+                replay = _paired_first(replay, [p for p in pairs if p is not None])
+            jitted = self._donating[(donate, pairs)] = jax.jit(replay, donate_argnums=(0,),
+                                                               keep_unused=True)
         chosen = set(donate)
         return jitted, [[leaf_arrays[i] for i in donate],
                         [a for i, a in enumerate(leaf_arrays) if i not in chosen]]
@@ -149,10 +160,10 @@ class Program:
         return self._compiled().memory_analysis()
 
     def _compiled(self):
-        leaves, vectors, donate = self._last_args
+        leaves, vectors, donate, pairs = self._last_args
         abstract = [jax.ShapeDtypeStruct(shape, dtype, sharding=sharding)
                     for shape, dtype, sharding in leaves]
-        jitted, args = self._call(abstract, donate)
+        jitted, args = self._call(abstract, donate, pairs)
         with warnings.catch_warnings():
             warnings.filterwarnings("ignore", message=NOT_USABLE)
             return jitted.lower(*args, *vectors).compile()
@@ -194,6 +205,20 @@ def donated_first(replay, count: int, donate: tuple[int, ...]):
         for i, a in zip(kept, kept_arrays):
             leaves[i] = a
         return replay(leaves, *rest)
+
+    return call
+
+
+def _paired_first(replay, pairs: list[tuple[int, int]]):
+    """``replay`` returning ``(first, groups)``: the outputs at ``pairs`` (root position,
+    position in its group) listed first, in that order, and left out of ``groups``."""
+
+    def call(*args):
+        groups = replay(*args)
+        first = [groups[r][k] for r, k in pairs]
+        for r, k in pairs:
+            groups[r][k] = None
+        return first, groups
 
     return call
 

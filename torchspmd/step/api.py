@@ -124,6 +124,13 @@ class CompiledStep:
         """How many argument signatures have a captured plan."""
         return len(self._plans)
 
+    def optimized_hlo(self) -> str | None:
+        """XLA's optimized HLO of the program the latest call ran (None before any).
+
+        Example: ``torchspmd.debug.collectives(step.optimized_hlo())``.
+        """
+        return self._last.compiled.as_text() if self._last is not None else None
+
     def memory_analysis(self):
         """XLA's memory analysis of the program the latest call ran (None before any).
 
