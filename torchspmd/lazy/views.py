@@ -25,6 +25,8 @@ from torchspmd.lazy.node import TENSOR, Node, TensorMeta
 from torchspmd.lazy.record import freeze, meta_of, record, record_binary, record_unary
 
 aten = torch.ops.aten
+# Views whose value is their input's (same shape, strides and data).
+IDENTITY_OPS = frozenset({aten.detach.default, aten.alias.default, aten.lift_fresh.default})
 
 
 @dataclass(frozen=True)
