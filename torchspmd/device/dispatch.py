@@ -336,7 +336,7 @@ def _skip_kept(inputs: list, targets: list) -> None:
 
 def _keep_annotation(target, value):
     """An in-place op keeps its target's sharding annotation (as PyTorch/XLA re-applies it)."""
-    if not isinstance(target, SpmdTensor):
+    if type(target) is not SpmdTensor and not isinstance(target, SpmdTensor):
         return value
     sharding = annotation(sharded_value(target._h))
     if sharding is None or annotation(value) is sharding:
@@ -347,11 +347,11 @@ def _keep_annotation(target, value):
 def _assign(target, value) -> None:
     """Write ``value`` into ``target`` (cast to its dtype and broadcast to its shape as
     PyTorch's in-place ops do); ``target`` keeps its sharding annotation."""
-    if not isinstance(target, SpmdTensor):
+    if type(target) is not SpmdTensor and not isinstance(target, SpmdTensor):
         target.copy_(host.to_cpu_value(value))
         return
     handle = target._h
-    meta = meta_of(value)
+    meta = value[0].sig.outputs[value[1]]  # meta_of, inline
     if meta.dtype != handle.meta.dtype:
         value = (record(aten._to_copy.default, (TENSOR,), (("dtype", handle.meta.dtype),),
                         (value,), (meta,)), 0)

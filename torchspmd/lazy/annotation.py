@@ -20,7 +20,8 @@ __all__ = ["IDENTITY_OPS", "peel", "sharded_value", "annotation", "unannotated",
 def peel(value: tuple[Node, int]) -> tuple[Node, int]:
     """``value`` without pending identity views on top (``detach(x)`` is ``x``)."""
     node = value[0]
-    while not node.is_leaf and node.sig.op in IDENTITY_OPS:
+    # Not ``is_leaf``: a property call on the hot path of every in-place op.
+    while node.arrays is None and node.host is None and node.sig.op in IDENTITY_OPS:
         value = node.inputs[0]
         node = value[0]
     return value

@@ -47,7 +47,8 @@ class Storage:
             provenance.wrote(self)
         self.value = value
         self.version += 1
-        if not value[0].is_leaf:
+        node = value[0]
+        if node.arrays is None and node.host is None:  # not ``is_leaf``: a call per write
             PENDING.add(self)
 
 
@@ -125,6 +126,9 @@ class Handle:
         """In-place update: this tensor now holds ``value`` (its base and views see it)."""
         if not self.view:
             self.storage.set(value)
+            return
+        if self.identity:  # written as its base is, keeping the storage's annotation
+            write_back(self.storage, (), value)
             return
         write_back(self.storage, self.view, value)
         self._cached_version = self.storage.version
