@@ -3,6 +3,9 @@
 import pytest
 import torch
 
+import torchspmd
+from torchspmd.runtime.execute import last_program
+
 
 def _pair(shape=(3, 4)):
     cpu = torch.arange(float(torch.Size(shape).numel())).reshape(shape)
@@ -136,3 +139,22 @@ def test_inplace_type_promotion_error_like_cpu():
     # PyTorch's meta kernel words it differently from the CPU kernel; both refuse.
     with pytest.raises(RuntimeError, match="can't be cast|not possible"):
         x.add_(torch.full((3,), 0.5, device="spmd"))
+
+
+def test_a_detached_result_is_one_output_of_the_program():
+    # detach() (like nn.Parameter) is an identity view: it shows its storage's value, so
+    # the program computes and returns that value once (AccumulateGrad keeps a detached
+    # gradient: without this, every such gradient was returned twice).
+    cpu = torch.arange(4.0)
+    x = cpu.to("spmd") + 0
+    torchspmd.sync()
+    y = x * 2
+    d = y.detach()
+    del y
+    torchspmd.sync()
+    assert [len(outs) for _, outs in last_program().roots] == [1]
+    _same(d, cpu * 2)
+    p = torch.nn.Parameter(d)
+    with torch.no_grad():
+        p.mul_(3)  # a write through the identity views reaches the storage
+    _same(d, cpu * 6)

@@ -129,6 +129,27 @@ def test_every_output_of_a_sub_mesh_computation_lives_on_the_sub_mesh():
         torch.testing.assert_close(out.cpu(), expected)
 
 
+def test_one_program_runs_where_each_call_s_inputs_live():
+    # The same graph (one compiled program) fed, in turn, data on all devices, on A, on
+    # B and on all devices again: each run goes where its inputs are, whatever the run
+    # before it found (the runtime remembers the last run's input layouts).
+    cpu = [torch.randn(4, 4) for _ in range(4)]
+    results = []
+    for x_cpu, mesh in zip(cpu, (None, A, B, None)):
+        x = (x_cpu.to("spmd") + 0) if mesh is None else x_cpu.to("spmd")
+        if mesh is not None:
+            mark_sharding(x, mesh, ("x", "y"))
+        torchspmd.sync()
+        for _ in range(2):  # the second time, every input is as the first time left it
+            x = x * 2 + 1
+            torchspmd.sync()
+            x_cpu = x_cpu * 2 + 1
+        results.append((x, x_cpu, ALL if mesh is None else ids(mesh)))
+    for x, expected, devices in results:
+        assert devices_of(x) == devices
+        torch.testing.assert_close(x.cpu(), expected)
+
+
 def test_factory_tensors_are_unsharded_data_on_every_device():
     """``torch.randn(..., device=...)`` is replicated like ``.to(device)`` data (DESIGN)."""
     x = torch.randn(4, 4, device="spmd")

@@ -19,14 +19,14 @@ from torchspmd.device.linalg_composites import LINALG_COMPOSITES
 from torchspmd.device.data_dependent import DATA_DEPENDENT
 from torchspmd.device.tensor import SpmdTensor
 from torchspmd.lazy.annotation import annotation, sharded_value
-from torchspmd.lazy.handle import Handle
+from torchspmd.lazy.handle import Handle, unkept
 from torchspmd.lazy.node import TENSOR, Node, ScalarSlot, TensorMeta
 from torchspmd.lazy.record import freeze, leaf_signature, meta_of, record, record_unary
 from torchspmd.lazy.schema import (SCALAR, SCALARS, STATIC, TENSORS, functional_variant,
                                    op_schema)
 from torchspmd.lazy.schema import TENSOR as KIND_TENSOR
 from torchspmd.lazy.shapes import signature
-from torchspmd.lazy.views import view_step
+from torchspmd.lazy.views import IDENTITY_OPS, view_step
 from torchspmd.lowering import LOWERINGS, RANDOM_OPS
 from torchspmd.lowering.annotations import SHARDING_CONSTRAINT
 from torchspmd.runtime import rng, transfer
@@ -48,7 +48,7 @@ class _Plan:
     """
 
     __slots__ = ("func", "special", "data_dependent", "schema", "lowered", "random", "kinds",
-                 "keyword", "form")
+                 "keyword", "form", "identity")
 
     def __init__(self, func):
         self.func = func
@@ -60,6 +60,7 @@ class _Plan:
         self.kinds = self.schema.positional
         self.keyword = self.schema.keyword
         self.form = _return_form(func)
+        self.identity = func in IDENTITY_OPS  # detach, alias: a view showing its input
 
 
 _PLANS: dict[int, _Plan] = {}
@@ -88,6 +89,8 @@ def dispatch(func, args: tuple, kwargs: dict):
         result = _inplace_view(func, args, kwargs)
     elif schema.is_mutating:
         result = _mutate(func, schema, args, kwargs)
+    elif plan.identity and (not args[0]._h.view or args[0]._h.identity):
+        result = _identity_view(func, args)
     elif plan.lowered:
         node = _record_flat(func, plan, _flatten(plan, args, kwargs))
         if schema.is_view:
@@ -250,6 +253,14 @@ def _views(func, args, node: Node):
     return _shape_result(func, [SpmdTensor(h) for h in outs])
 
 
+def _identity_view(func, args):
+    """``x.detach()`` of a base or of an identity view: a handle on the same storage that
+    shows its value (no node: the graph would compute and return the same data twice)."""
+    base = args[0]._h
+    base.value()  # a read, for torchspmd.compile's record of the storages a step touches
+    return SpmdTensor(base.viewed(view_step(func, tuple(args[1:])), None, base.meta))
+
+
 def _host_value(t: torch.Tensor) -> tuple[Node, int]:
     """A leaf holding CPU tensor ``t`` (uploaded when first used)."""
     node = Node.from_host(transfer.to_numpy(t))
@@ -269,7 +280,7 @@ def _mutate(func, schema, args, kwargs):
     call_kwargs = {k: v for k, v in kwargs.items() if k not in schema.mutated_kw}
     if schema.mutated_kw and "dtype" in op_schema(functional).keyword and "dtype" not in call_kwargs:
         call_kwargs["dtype"] = targets[0].dtype  # factory .out ops: the out tensor's dtype
-    values = _compute_checked(func, functional, args, kwargs, call_kwargs)
+    values = _compute_checked(func, functional, args, kwargs, call_kwargs, targets)
     extra = values[: len(values) - len(targets)]  # _functional ops return more first
     for target, value in zip(targets, values[len(extra):]):
         if schema.mutated_kw and meta_of(value).shape != tuple(target.shape):
@@ -280,12 +291,15 @@ def _mutate(func, schema, args, kwargs):
     return _shape_result(func, targets) if _plan(func).form != "none" else None
 
 
-def _compute_checked(func, functional, args, kwargs, call_kwargs) -> list[tuple[Node, int]]:
+def _compute_checked(func, functional, args, kwargs, call_kwargs,
+                     targets: list) -> list[tuple[Node, int]]:
     """The values ``functional`` computes, after PyTorch's own checks of mutating ``func``.
 
     The mutating op's meta kernel raises what PyTorch raises (bad casts, shapes); its
     signature is cached, so a training loop pays a dict lookup. An in-place op has the
-    same arguments as its functional form, so one flattening serves both.
+    same arguments as its functional form, so one flattening serves both. A target's
+    value that is only a constraint kept from its previous in-place update is read
+    without it (``handle.unkept``): this op's result is constrained again.
     """
     flat = _flatten(_plan(func), args, kwargs)
     template, kw_template, inputs, metas, scalars = flat
@@ -296,13 +310,33 @@ def _compute_checked(func, functional, args, kwargs, call_kwargs) -> list[tuple[
         return [o._h.value() for o in (out if isinstance(out, (list, tuple)) else [out])]
     if call_kwargs.keys() != kwargs.keys():  # out= dropped (or dtype added)
         flat = _flatten(plan, args, call_kwargs)
+    _skip_kept(flat[2], targets)
     node = _record_flat(functional, plan, flat)
     return [(node, i) for i in range(len(node.sig.outputs))]
 
 
+def _skip_kept(inputs: list, targets: list) -> None:
+    """Replace, in ``inputs``, each target's kept constraint by the value under it."""
+    under = None
+    for target in targets:
+        if type(target) is SpmdTensor:
+            storage = target._h.storage
+            if storage.kept is not None:
+                raw = unkept(storage)
+                if raw is not None:
+                    if under is None:
+                        under = {}
+                    under[id(storage.kept)] = raw
+    if under:
+        for i, value in enumerate(inputs):
+            raw = under.get(id(value))
+            if raw is not None:
+                inputs[i] = raw
+
+
 def _keep_annotation(target, value):
     """An in-place op keeps its target's sharding annotation (as PyTorch/XLA re-applies it)."""
-    if not isinstance(target, SpmdTensor):
+    if type(target) is not SpmdTensor and not isinstance(target, SpmdTensor):
         return value
     sharding = annotation(sharded_value(target._h))
     if sharding is None or annotation(value) is sharding:
@@ -313,11 +347,11 @@ def _keep_annotation(target, value):
 def _assign(target, value) -> None:
     """Write ``value`` into ``target`` (cast to its dtype and broadcast to its shape as
     PyTorch's in-place ops do); ``target`` keeps its sharding annotation."""
-    if not isinstance(target, SpmdTensor):
+    if type(target) is not SpmdTensor and not isinstance(target, SpmdTensor):
         target.copy_(host.to_cpu_value(value))
         return
     handle = target._h
-    meta = meta_of(value)
+    meta = value[0].sig.outputs[value[1]]  # meta_of, inline
     if meta.dtype != handle.meta.dtype:
         value = (record(aten._to_copy.default, (TENSOR,), (("dtype", handle.meta.dtype),),
                         (value,), (meta,)), 0)
@@ -327,7 +361,10 @@ def _assign(target, value) -> None:
         value = (record(aten.expand_copy.default, (TENSOR, handle.meta.shape), (), (value,),
                         (meta_of(value),)), 0)
     # Annotated after the broadcast: the target's spec has the target's rank.
-    handle.assign(_keep_annotation(target, value))
+    kept = _keep_annotation(target, value)
+    handle.assign(kept)
+    if kept is not value and (handle.identity or not handle.view):
+        handle.storage.kept = kept  # the next in-place op may read ``value`` instead
 
 
 def _inplace_view(func, args, kwargs):

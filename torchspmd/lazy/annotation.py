@@ -7,21 +7,21 @@ and keep the storage's annotation. In-place ops keep their target's annotation
 
 from __future__ import annotations
 
-import torch
-
 from torchspmd.lazy.handle import Handle
 from torchspmd.lazy.node import Node
 from torchspmd.lazy.record import leaf_signature, meta_of, record_unary
+from torchspmd.lazy.views import IDENTITY_OPS
 from torchspmd.lowering.annotations import SHARDING_CONSTRAINT
 
-aten = torch.ops.aten
-IDENTITY_OPS = frozenset({aten.detach.default, aten.alias.default, aten.lift_fresh.default})
+__all__ = ["IDENTITY_OPS", "peel", "sharded_value", "annotation", "unannotated", "plain_leaf",
+           "keep_annotation"]
 
 
 def peel(value: tuple[Node, int]) -> tuple[Node, int]:
     """``value`` without pending identity views on top (``detach(x)`` is ``x``)."""
     node = value[0]
-    while not node.is_leaf and node.sig.op in IDENTITY_OPS:
+    # Not ``is_leaf``: a property call on the hot path of every in-place op.
+    while node.arrays is None and node.host is None and node.sig.op in IDENTITY_OPS:
         value = node.inputs[0]
         node = value[0]
     return value
@@ -29,7 +29,7 @@ def peel(value: tuple[Node, int]) -> tuple[Node, int]:
 
 def sharded_value(handle: Handle) -> tuple[Node, int]:
     """The graph value whose sharding the tensor of ``handle`` has."""
-    if all(step.op in IDENTITY_OPS for step in handle.view):
+    if handle.identity or not handle.view:
         return peel(handle.storage.value)
     return peel(handle.value())
 

@@ -14,7 +14,7 @@ from torchspmd.lazy.node import Node, TensorMeta
 from torchspmd.lazy.record import record_unary
 from torchspmd.lazy.registry import WeakRegistry
 from torchspmd.lowering.annotations import SHARDING_CONSTRAINT
-from torchspmd.lazy.views import derive, write_back
+from torchspmd.lazy.views import IDENTITY_OPS, derive, write_back
 
 # Storages whose value is still a pending graph, and views whose derived value is:
 # ``sync()`` computes exactly these. The design's live-handle registry; weak, so a
@@ -28,7 +28,7 @@ _EPOCH = provenance.EPOCH
 class Storage:
     """The current value of a base tensor, shared by the base and all its views."""
 
-    __slots__ = ("value", "meta", "version", "origin", "__weakref__")
+    __slots__ = ("value", "meta", "version", "origin", "kept", "__weakref__")
 
     def __init__(self, value: tuple[Node, int], meta: TensorMeta):
         self.meta = meta
@@ -37,6 +37,9 @@ class Storage:
         # (seq, index) of the data this storage held before its value became pending: the
         # buffer its new value may take over when the step runs (``execute.sync``).
         self.origin = None
+        # A sharding constraint an in-place op added to keep the storage's annotation
+        # (see ``unkept``); meaningful only while it is still ``value``.
+        self.kept = None
         if not value[0].is_leaf:
             PENDING.add(self)
         if _RECORDING[0] is not None:
@@ -50,21 +53,45 @@ class Storage:
             self.origin = (old.seq, self.value[1])
         self.value = value
         self.version += 1
-        if not value[0].is_leaf:
+        node = value[0]
+        if node.arrays is None and node.host is None:  # not ``is_leaf``: a call per write
             PENDING.add(self)
+
+
+def unkept(storage: Storage):
+    """The value under ``storage``'s current value if that is a pending constraint an
+    in-place op added only to keep the storage's annotation, else None.
+
+    The next in-place op on the storage reads this instead: it constrains its own result
+    again, so a chain of updates (an optimizer's) is constrained once, where the value
+    leaves the graph or another op reads it, rather than after every op. A constraint is
+    an identity on the data, so the values are the same.
+    """
+    kept = storage.kept
+    if kept is None or kept is not storage.value:
+        return None
+    node = kept[0]
+    if node.arrays is not None or node.host is not None:  # computed by a sync since
+        return None
+    return node.inputs[0]
 
 
 class Handle:
     """A tensor's lazy state: its storage, and the view chain from the storage's base."""
 
-    __slots__ = ("storage", "view", "meta", "annotation", "_cached", "_cached_version",
-                 "_cached_epoch", "__weakref__")
+    __slots__ = ("storage", "view", "meta", "annotation", "identity", "_cached",
+                 "_cached_version", "_cached_epoch", "__weakref__")
 
-    def __init__(self, storage: Storage, meta: TensorMeta, view: tuple = (), cached=None):
+    def __init__(self, storage: Storage, meta: TensorMeta, view: tuple = (), cached=None,
+                 identity: bool = False):
         self.storage = storage
         self.meta = meta
         self.view = view  # () for a base; else a tuple of views.ViewStep
         self.annotation = None  # a view's own sharding annotation (see ``hold``)
+        # A chain of identity views only (``nn.Parameter``, ``detach()``): its value is
+        # the storage's, with no view node of its own in the graph (which would make the
+        # program compute and return the same data twice).
+        self.identity = identity
         self._cached_version = storage.version
         self._cache(cached)
 
@@ -76,7 +103,7 @@ class Handle:
 
     def pending_view_value(self):
         """This view's derived value if it is current and still to be computed, else None."""
-        if (self._cached is not None and self._cached_version == self.storage.version
+        if (self._cached is not None and not self.identity and self._cached_version == self.storage.version
                 and not self._cached[0].is_leaf):
             return self._cached
         return None
@@ -91,7 +118,7 @@ class Handle:
             provenance.touched(self.storage)
             if self._cached_epoch != _EPOCH[0]:  # cached before this recording began
                 self._cached = None
-        if not self.view:
+        if not self.view or self.identity:
             return self.storage.value
         if self._cached is None or self._cached_version != self.storage.version:
             self._cached_version = self.storage.version
@@ -106,6 +133,9 @@ class Handle:
         if not self.view:
             self.storage.set(value)
             return
+        if self.identity:  # written as its base is, keeping the storage's annotation
+            write_back(self.storage, (), value)
+            return
         write_back(self.storage, self.view, value)
         self._cached_version = self.storage.version
         self._cache(value)
@@ -119,6 +149,12 @@ class Handle:
         self._cached_version = self.storage.version
         self._cache(value)
 
-    def viewed(self, step, value: tuple[Node, int], meta: TensorMeta) -> "Handle":
-        """A handle for the view ``step`` of this tensor, whose value is ``value``."""
+    def viewed(self, step, value: tuple[Node, int] | None, meta: TensorMeta) -> "Handle":
+        """A handle for the view ``step`` of this tensor, whose value is ``value``.
+
+        An identity view (``detach()``) of a base or of an identity view shows the
+        storage's value itself: ``value`` is not kept (it may be ``None``).
+        """
+        if (not self.view or self.identity) and step.op in IDENTITY_OPS:
+            return Handle(self.storage, meta, self.view + (step,), identity=True)
         return Handle(self.storage, meta, self.view + (step,), value)

@@ -25,6 +25,8 @@ from torchspmd.lazy.node import TENSOR, Node, TensorMeta
 from torchspmd.lazy.record import freeze, meta_of, record, record_binary, record_unary
 
 aten = torch.ops.aten
+# Views whose value is their input's (same shape, strides and data).
+IDENTITY_OPS = frozenset({aten.detach.default, aten.alias.default, aten.lift_fresh.default})
 
 
 @dataclass(frozen=True)
@@ -81,7 +83,8 @@ def derive(base: tuple[Node, int], base_meta: TensorMeta, steps: tuple) -> tuple
 
 
 def write_back(storage, steps: tuple, new_value: tuple[Node, int]) -> None:
-    """Set ``storage`` to the base value whose view ``steps`` equals ``new_value``.
+    """Set ``storage`` to the base value whose view ``steps`` equals ``new_value``
+    (``steps`` empty: ``new_value`` itself, for a chain of identity views).
 
     The base keeps its sharding annotation (as PyTorch/XLA keeps a tensor's sharding
     through in-place updates of its views).
@@ -89,6 +92,9 @@ def write_back(storage, steps: tuple, new_value: tuple[Node, int]) -> None:
     # Deferred: annotation.py builds on handle.py, which builds on this module.
     from torchspmd.lazy.annotation import keep_annotation
 
+    if not steps:  # identity views (nn.Parameter, detach()) write as their base
+        storage.set(keep_annotation(storage.value, new_value))
+        return
     if any(_name(step) not in _STEPWISE for step in steps):
         storage.set(keep_annotation(storage.value, _strided_write(storage, steps, new_value)))
         return

@@ -207,31 +207,37 @@ def execute(roots: list[Node], wanted: dict | None = None, successors: dict | No
         return
     graph = collect(roots, wanted)
     program = _PROGRAMS.get(graph.key)
-    parts = _PARTS.get(program) if program is not None else None
-    if parts is None:
-        parts = _Parts(graph)
-    placements = _placements(graph, parts)
-    if len(placements) > 1:
-        failure = None
-        for _, indices in placements:
-            try:
-                execute([graph.roots[i] for i in indices], wanted, successors)
-            except torch.OutOfMemoryError as error:
-                failure = failure or error
-        if failure is not None:
-            raise failure
-        return
-    target = placements[0][0] if placements else None
-    inputs = _placed_inputs(graph, target)
-    if program is None:
-        program = _PROGRAMS[graph.key] = Program(graph)
-        _PARTS[program] = parts
-    else:
+    if program is not None:
         COUNTERS["cache_hits"] += 1
+    known = _LAYOUTS.get(program) if program is not None else None
+    inputs = _as_last_time(graph, known) if known is not None else None
+    if inputs is not None:
+        target = known[1]
+    else:
+        parts = _PARTS.get(program) if program is not None else None
+        if parts is None:
+            parts = _Parts(graph)
+        placements = _placements(graph, parts)
+        if len(placements) > 1:
+            failure = None
+            for _, indices in placements:
+                try:
+                    execute([graph.roots[i] for i in indices], wanted, successors)
+                except torch.OutOfMemoryError as error:
+                    failure = failure or error
+            if failure is not None:
+                raise failure
+            return
+        target = placements[0][0] if placements else None
+        inputs = _placed_inputs(graph, target)
+        if program is None:
+            program = _PROGRAMS[graph.key] = Program(graph)
+            _PARTS[program] = parts
+        _note_layouts(program, graph, inputs, target)
     # Leaves only this run reads (state it overwrites) give their buffers to it.
     donate = lazy_donations(graph, inputs, in_flight_ids(), program.output_avals)
     if donate:
-        COUNTERS["donated_bytes"] += sum(inputs[i].nbytes for i in donate)
+        COUNTERS["donated_bytes"] += _donated_bytes(program, inputs, donate)
     ids = target if target is not None else tuple(range(len(devices())))
     try:
         outputs = program.run(graph, inputs, donate, ids,
@@ -246,10 +252,13 @@ def execute(roots: list[Node], wanted: dict | None = None, successors: dict | No
             root.materialized([failed] * len(root.sig.outputs))
         raise failed.error from None
     _LAST[:] = [program]
+    several = len(ids) > 1
     for root, indices, arrays in zip(graph.roots, graph.wanted, outputs):
         full = [None] * len(root.sig.outputs)
         for i, a in zip(indices, arrays):
-            full[i] = _on_devices(a, ids)
+            # _on_devices, its test inline (a call per output costs more than the test)
+            full[i] = (_on_devices(a, ids) if several and isinstance(a.sharding, _SINGLE)
+                       else a)
         root.materialized(full)
     note_in_flight([a for arrays in outputs for a in arrays])
 
@@ -305,12 +314,56 @@ def in_flight_ids() -> set[int]:
     return {id(a) for arrays in _IN_FLIGHT.values() for a in arrays}
 
 
+_SINGLE = jax.sharding.SingleDeviceSharding
+
+
 def _on_devices(array: jax.Array, ids: tuple[int, ...]) -> jax.Array:
     """An output that does not depend on the program's inputs (``x.fill_(v)``) comes back
     on JAX's default device alone; it belongs, replicated, on the program's devices."""
     if len(ids) > 1 and isinstance(array.sharding, jax.sharding.SingleDeviceSharding):
         return transfer.reshard(array, transfer.replicated_on(ids))
     return array
+
+
+# Per program: the layout (sharding object) of each input array the last time every input
+# entered it as it was, and the devices it ran on. A training loop feeds a program the
+# outputs of its previous run, whose shardings are the same objects step after step: one
+# identity test per input then stands for working out placements and placing each input.
+_LAYOUTS: "weakref.WeakKeyDictionary[Program, tuple]" = weakref.WeakKeyDictionary()
+# Per program and donated positions: the bytes donated (the graph key fixes the shapes).
+_DONATED_BYTES: "weakref.WeakKeyDictionary[Program, dict]" = weakref.WeakKeyDictionary()
+
+
+def _as_last_time(graph, known: tuple) -> list[jax.Array] | None:
+    """The graph's input arrays if each has the layout ``known`` recorded for its position
+    (then each enters the program as it is, on the same devices), else None."""
+    shardings = known[0]
+    inputs = []
+    for position, (leaf, index) in enumerate(graph.leaves):
+        if leaf.host is not None:
+            upload_leaf(leaf)
+        array = leaf.arrays[index]
+        if array is None or type(array) is _Failed or array.sharding is not shardings[position]:
+            return None  # the usual path raises what it must
+        inputs.append(array)
+    return inputs
+
+
+def _note_layouts(program: Program, graph, inputs: list, target) -> None:
+    """Remember the inputs' layouts for :func:`_as_last_time` if all entered as they were."""
+    for (leaf, index), placed in zip(graph.leaves, inputs):
+        if placed is not leaf.arrays[index]:
+            _LAYOUTS.pop(program, None)
+            return
+    _LAYOUTS[program] = ([a.sharding for a in inputs], target)
+
+
+def _donated_bytes(program: Program, inputs: list, donate: tuple[int, ...]) -> int:
+    known = _DONATED_BYTES.setdefault(program, {})
+    count = known.get(donate)
+    if count is None:
+        count = known[donate] = sum(inputs[i].nbytes for i in donate)
+    return count
 
 
 def _placed_inputs(graph, target: tuple[int, ...] | None) -> list[jax.Array]:

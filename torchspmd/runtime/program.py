@@ -130,7 +130,7 @@ class Program:
                     and np.array_equal(known[0], vector)):
                 placed.append(known[1])
                 continue
-            copy = jax.device_put(vector, transfer.replicated_on(ids))
+            copy = _replicated_copy(vector, transfer.replicated_on(ids))
             self._vector_copies[k] = (vector, copy, ids)
             placed.append(copy)
         return placed
@@ -187,6 +187,31 @@ class Program:
                 continue
             values[i] = _lower(sig, [operand(c) for c in operands], step_scalars[i])
         return [[values[p][i] for i in outs] for p, outs in self.roots]
+
+
+def _replicated_copy(vector: np.ndarray, sharding) -> jax.Array:
+    """``jax.device_put(vector, sharding)`` for a sharding that replicates it on this
+    process's devices, through the batched put ``device_put`` ends in: ``device_put``'s
+    own Python costs ~50 us a call (more with cold caches), paid every step by the
+    scalar vector a learning-rate schedule changes. Falls back to ``device_put`` where
+    this JAX lays its internals out differently."""
+    if _BATCHED_PUT is None:
+        return jax.device_put(vector, sharding)
+    devices = list(sharding._addressable_device_assignment)
+    return _BATCHED_PUT[0](_BATCHED_PUT[1](vector.shape, vector.dtype), sharding,
+                           [vector] * len(devices), devices)
+
+
+def _batched_put():
+    try:
+        from jax._src.core import ShapedArray
+        from jax._src.interpreters.pxla import batched_device_put
+    except ImportError:
+        return None
+    return batched_device_put, ShapedArray
+
+
+_BATCHED_PUT = _batched_put()
 
 
 def donated_first(replay, count: int, donate: tuple[int, ...]):
