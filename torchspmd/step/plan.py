@@ -147,9 +147,9 @@ class Plan:
         without one. Listed in any other order, a parameter's buffer could go to another
         parameter's new value of the same shape while it is still to be read: XLA then
         copies every such input first (92 copies of parameters and moments in the
-        benchmark's step)."""
-        writes = {}  # what a source is, as a target that writes it -> output positions
-        for j, (target, ref) in enumerate(zip(captured.targets, self.refs)):
+        benchmark's step). The lazy path does the same (``program._paired_first``)."""
+        writes = {}  # what a source is, as a target that writes it -> output position
+        for target, ref in zip(captured.targets, self.refs):
             if ref[0] == "out" and target[0] in ("arg", "storage"):
                 key = target[1] if target[0] == "arg" else target[1]()
                 writes.setdefault((target[0], key), ref[1])
