@@ -54,8 +54,7 @@ def sync(wait: bool = False) -> None:
         return
     storages, _, values = take_pending()
     wanted = wanted_outputs(values)
-    successors = {s.origin: s.value for s in storages if s.origin is not None}
-    execute(sorted(wanted, key=lambda n: n.seq), wanted, successors)
+    execute(sorted(wanted, key=lambda n: n.seq), wanted, successors(storages))
     if wait:
         wait_device_ops()
 
@@ -67,6 +66,13 @@ def take_pending() -> tuple[list, list, list[tuple[Node, int]]]:
     PENDING.clear()
     PENDING_VIEWS.clear()
     return storages, views, [s.value for s in storages] + [h.pending_view_value() for h in views]
+
+
+def successors(storages: list) -> dict:
+    """For the storages taken from the pending set: the data each held before its value
+    became pending, as ``(node.seq, index)``, mapped to that pending value (the output
+    that should take over its buffer, see ``execute``)."""
+    return {s.origin: s.value for s in storages if s.origin is not None}
 
 
 def wanted_outputs(values: list) -> dict[Node, set[int]]:

@@ -39,7 +39,8 @@ def read(values: list[tuple[Node, int]]) -> list[jax.Array]:
     storages, views, pending = execute.take_pending()
     wanted = execute.wanted_outputs(pending + list(values))
     try:
-        execute.execute(sorted(wanted, key=lambda n: n.seq), wanted)
+        execute.execute(sorted(wanted, key=lambda n: n.seq), wanted,
+                        execute.successors(storages))
     except torch.OutOfMemoryError:
         raise  # every value of the step now raises it (execute marks them), as for sync()
     except Exception:  # noqa: BLE001  (the unrelated work's error is raised when it is read)
