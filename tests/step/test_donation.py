@@ -1,6 +1,8 @@
 """Buffer donation: state the step overwrites gives its buffer to the step, unless another
 tensor still holds that buffer (then the step gets a copy and the other tensor is intact)."""
 
+import weakref
+
 import pytest
 import torch
 
@@ -37,6 +39,21 @@ def test_each_donated_buffer_goes_to_its_own_tensors_new_value():
         step(*on_device(torch.randn(16, 16), torch.randn(16, 16)))
     donated = 3 * len(list(model.parameters()))
     assert copied_arguments(step.optimized_hlo()) <= donated // 4
+
+
+def test_a_read_frees_what_the_call_consumed_while_the_device_computes():
+    # Freed before the next launch, the consumed arrays would delay it; a read waits
+    # for the devices anyway, so it frees them first.
+    model, step, data = _trained()
+    for x, y in data[:2]:
+        step(*on_device(x, y))
+    x, y = on_device(*data[2])
+    loss = step(x, y)
+    batch = weakref.ref(x._h.value()[0].arrays[0])  # uploaded by the call
+    del x, y
+    assert batch() is not None  # the call still holds its input
+    loss.item()
+    assert batch() is None
 
 
 def test_a_zero_copy_alias_of_a_parameter_keeps_its_value():

@@ -24,7 +24,7 @@ import torch
 from torchspmd.device.tensor import SpmdTensor
 from torchspmd.lazy.node import Node
 from torchspmd.lazy.provenance import refuse_host_read
-from torchspmd.runtime import transfer
+from torchspmd.runtime import execute, transfer
 from torchspmd.runtime.read import read
 
 # Why host reads are refused now (innermost last); empty: they are allowed.
@@ -74,19 +74,19 @@ def host_read(t: SpmdTensor, op_name: str, purpose: str = _SHAPE) -> torch.Tenso
     size the output). Example: ``count = int(host_read(x.count_nonzero(), "nonzero"))``.
     """
     check_host_read(op_name, purpose)
-    node, index = value = t._h.value()
-    if node.host is not None:
-        return transfer.to_torch(node.host).reshape(t.shape)
-    (array,) = read([value])
-    return transfer.to_torch(transfer.download(array)).reshape(t.shape)
+    return _read_now(t._h.value()).reshape(t.shape)
 
 
 def to_cpu_value(value: tuple[Node, int]) -> torch.Tensor:
     refuse_host_read("reading a tensor's value (.cpu(), .tolist(), print(t), .to('cpu'))")
-    node, index = value
-    if node.host is not None:
-        return transfer.to_torch(node.host)
+    return _read_now(value)
+
+
+def _read_now(value: tuple[Node, int]) -> torch.Tensor:
+    if value[0].host is not None:
+        return transfer.to_torch(value[0].host)
     (array,) = read([value])  # runs all pending work: a loop's next iteration starts from data
+    execute.release_spent()  # while the devices compute, before waiting for them
     return transfer.to_torch(transfer.download(array))
 
 

@@ -34,6 +34,11 @@ _LAST: list[Program] = []
 # The latest run's outputs per device set: a device runs programs in order, so waiting
 # for these waits for everything before them (and holds no older step's buffers).
 _IN_FLIGHT: dict[frozenset, list] = {}
+# What the latest compiled call consumed (its donated arrays, its inputs' old values):
+# freed when the host next waits for the devices, or at the next call at the latest.
+# Freeing costs host time (~4 µs per donated 8-shard array); before a launch it delays
+# the launch, while the host waits for the devices it delays nothing.
+_SPENT: list = []
 
 
 def sync(wait: bool = False) -> None:
@@ -388,8 +393,19 @@ def upload_leaf(leaf: Node, sharding=None) -> None:
     leaf.host = None
 
 
+def release_later(spent) -> None:
+    """Keep ``spent`` (what a call consumed) until the host next waits for the devices."""
+    _SPENT.append(spent)
+
+
+def release_spent() -> None:
+    """Free what calls consumed (see ``_SPENT``): now, while the devices still compute."""
+    _SPENT.clear()
+
+
 def wait_device_ops() -> None:
     """Block until every computation started so far has finished."""
+    release_spent()
     # A donated buffer was consumed by a later program, which is waited on instead.
     jax.block_until_ready([a for arrays in _IN_FLIGHT.values() for a in arrays
                            if not a.is_deleted()])

@@ -98,7 +98,6 @@ class Plan:
                               donate_argnums=(0,))
         self.compiled = None
         self.memory = None  # XLA's memory analysis of the compiled program
-        self._spent = None  # the latest call's input values (see __call__)
 
     # --- built once ---------------------------------------------------------------------
 
@@ -225,9 +224,9 @@ class Plan:
         return values
 
     def __call__(self, args: list[SpmdTensor], first: bool = False):
-        # The last call's inputs, spent (donated) or replaced by now: freed here rather
-        # than while that call's program ran, when their deallocation competed with it.
-        self._spent = None
+        # The last call's inputs, spent (donated) or replaced by now, if no read has
+        # freed them yet (``execute.release_later``).
+        execute.release_spent()
         values = self.inputs(args, first)
         arrays = [v[0].arrays[v[1]] for v in values]
         flying = execute.in_flight_ids()
@@ -260,7 +259,7 @@ class Plan:
         COUNTERS["donated_bytes"] += sum(n for n, alone in zip(self._donated_bytes, exclusive)
                                          if alone)
         execute.note_in_flight(outputs[:1])
-        self._spent = (values, arrays, donated)
+        execute.release_later((values, arrays, donated))
         return outputs, placed, fresh
 
     def _placed(self, arrays: list) -> list:
