@@ -56,6 +56,27 @@ def test_a_read_frees_what_the_call_consumed_while_the_device_computes():
     assert batch() is None
 
 
+def test_new_gradients_are_written_into_the_old_gradients_buffers():
+    model, step, data = _trained()
+    for x, y in data:
+        step(*on_device(x, y))
+    state = sum(p.numel() * 4 for p in model.parameters())
+    # Parameters, momentum buffers and gradients: each output goes into an input buffer.
+    assert step.memory_analysis().alias_size_in_bytes >= 3 * state
+
+
+def test_a_view_of_an_old_gradient_keeps_its_value():
+    model, step, data = _trained()
+    for x, y in data[:2]:
+        step(*on_device(x, y))
+    row = model[0].weight.grad[0]  # its storage is the gradient's: not recycled
+    expected = row.cpu()
+    for x, y in data[2:]:
+        step(*on_device(x, y))
+    torch.testing.assert_close(row.cpu(), expected)
+    assert not torch.equal(model[0].weight.grad[0].cpu(), expected)
+
+
 def test_a_zero_copy_alias_of_a_parameter_keeps_its_value():
     model, step, data = _trained()
     weight = model[0].weight

@@ -5,7 +5,9 @@ path's own replay), wrapped in one ``jax.jit`` whose first argument is donated: 
 buffers of state the step reads and overwrites (parameters, optimizer moments). A buffer
 is donated only when nothing but its own tensor holds it (no alias from a zero-copy
 ``copy_``, no pending computation, no tensor kept from an earlier step); otherwise a copy
-is donated instead, so no one ever sees "Array has been deleted".
+is donated instead, so no one ever sees "Array has been deleted". The gradients the step
+replaces are donated too (``recycle.py``), and what a call consumed is freed at the next
+read, while the devices compute (``execute.release_later``).
 
 Example::
 
@@ -39,6 +41,7 @@ from torchspmd.runtime.program import Program, donated_first
 from torchspmd.sharding.state import new_leaf
 from torchspmd.step import optim
 from torchspmd.step.capture import Captured
+from torchspmd.step.recycle import Spares
 
 aten = torch.ops.aten
 _VECTOR_DTYPES = {float: np.float64, int: np.int64, bool: np.bool_}
@@ -87,15 +90,27 @@ class Plan:
         # while a program runs costs several times more host time.
         self.regrads = [t[1] for t in captured.targets
                         if t[0] == "place" and t[1].key == "grad" and not t[1].item]
-        program = self.program
-        order = self._output_order(captured)
+        # Those the step computes and does not read: their old buffers are recycled.
+        spare = [j for j, (t, ref) in enumerate(zip(captured.targets, self.refs))
+                 if t[0] == "place" and t[1] in self.regrads and ref[0] == "out"
+                 and j not in captured.substitutions]
+        self.spares = Spares([captured.targets[j][1] for j in spare],
+                             [self.sigs[j].outputs[self.refs[j][2]] for j in spare])
+        self.regrads = [p for p in self.regrads if p not in self.spares.places]
+        spare_flats = [self.refs[j][1] for j in spare]
+        program, spares = self.program, self.spares
+        order = self._output_order(captured, spare_flats)
 
-        def replay(leaves, floats, ints, bools):
+        def replay(leaves, spare_arrays, floats, ints, bools):
             flat = [a for group in program._replay(leaves, floats, ints, bools) for a in group]
+            if spare_arrays:  # each new gradient in the layout its spare buffer has
+                for j, sharding in zip(spare_flats, spares.shardings):
+                    flat[j] = jax.lax.with_sharding_constraint(flat[j], sharding)
             return [flat[j] for j in order]
 
+        # keep_unused: the spare buffers are read by no op, only written into.
         self.jitted = jax.jit(donated_first(replay, len(self.sources), tuple(self.donated)),
-                              donate_argnums=(0,))
+                              donate_argnums=(0, 2), keep_unused=True)
         self.compiled = None
         self.memory = None  # XLA's memory analysis of the compiled program
 
@@ -138,9 +153,10 @@ class Plan:
                     "(a tensor made from host data and kept); create it outside the step")
             self.sigs.append(node.sig)
 
-    def _output_order(self, captured: Captured) -> list[int]:
+    def _output_order(self, captured: Captured, spare_flats: list[int]) -> list[int]:
         """The program's outputs in the order it returns them: first the new value of each
-        donated input, in the donated inputs' order; ``self.refs`` renumbered to match.
+        donated input, in the donated inputs' order, then the new gradients that take
+        recycled buffers (``recycle.py``); ``self.refs`` renumbered to match.
 
         JAX gives each donated buffer to the first output of its shape and dtype still
         without one. Listed in any other order, a parameter's buffer could go to another
@@ -162,6 +178,7 @@ class Plan:
             flat = writes.get(key, writes.get(("index", i)))
             if flat is not None and flat not in order:
                 order.append(flat)
+        order += [j for j in spare_flats if j not in order]
         chosen = set(order)
         order += [j for j in range(self.flat_outputs) if j not in chosen]
         position = {j: k for k, j in enumerate(order)}
@@ -243,23 +260,27 @@ class Plan:
         if not first:
             for place in self.regrads:
                 place.set(None)
+        if self.compiled is None and self.spares.places:
+            self.spares.shardings = self.spares.parameter_layouts(self._layout_of(placed))
+        spare_arrays, recycled = (self.spares.take(first) if self.spares.shardings is not None
+                                  else ([], 0))
         fresh = self._fresh(placed)
         vectors = self._vectors()
         if self.compiled is None:
-            self._compile(donated, kept, vectors)
+            self._compile(donated, kept, spare_arrays, vectors)
         # State takes its new values before the program starts (their arrays are filled
         # in when it returns): less host work while it runs.
         replaced = self._install(fresh, args)
         try:
-            outputs = self.compiled(donated, kept, *vectors)
+            outputs = self.compiled(donated, kept, spare_arrays, *vectors)
         except BaseException:
             self._restore(replaced)
             raise
         COUNTERS["executions"] += 1
-        COUNTERS["donated_bytes"] += sum(n for n, alone in zip(self._donated_bytes, exclusive)
-                                         if alone)
+        COUNTERS["donated_bytes"] += recycled + sum(
+            n for n, alone in zip(self._donated_bytes, exclusive) if alone)
         execute.note_in_flight(outputs[:1])
-        execute.release_later((values, arrays, donated))
+        execute.release_later((values, arrays, donated, spare_arrays))
         return outputs, placed, fresh
 
     def _placed(self, arrays: list) -> list:
@@ -275,6 +296,16 @@ class Plan:
             placed.append(a)
         return placed
 
+    def _layout_of(self, placed: list):
+        """``tensor -> its layout as this call reads it`` (None if the step does not)."""
+        where = {ref(): i for i, (kind, ref) in enumerate(self.sources) if kind == "storage"}
+
+        def layout_of(t: SpmdTensor):
+            i = where.get(t._h.storage)
+            return placed[i].sharding if i is not None else None
+
+        return layout_of
+
     def _vectors(self) -> list:
         """The scalar inputs of this call, with fresh seeds; kept on the devices between
         calls while their values repeat (``Program.placed_vectors``)."""
@@ -286,8 +317,8 @@ class Plan:
         return self.program.placed_vectors([self.vectors[float], ints, self.vectors[bool]],
                                            self.ids)
 
-    def _compile(self, donated, kept, vectors) -> None:
-        layout = tuple((a.shape, a.dtype, a.sharding) for a in (*donated, *kept))
+    def _compile(self, donated, kept, spare_arrays, vectors) -> None:
+        layout = tuple((a.shape, a.dtype, a.sharding) for a in (*donated, *kept, *spare_arrays))
         key = (self.key, tuple(self.donated), layout)
         cached = _EXECUTABLES.get(key)
         self._donated_bytes = [a.nbytes for a in donated]
@@ -297,7 +328,7 @@ class Plan:
         start, cpu = time.perf_counter(), time.process_time()
         # Compiled ahead of time for its memory analysis, then called directly: jit's own
         # cache would not know of this compile and would compile the program again.
-        self.compiled = self.jitted.lower(donated, kept, *vectors).compile()
+        self.compiled = self.jitted.lower(donated, kept, spare_arrays, *vectors).compile()
         COUNTERS["compile_cpu_s"] += time.process_time() - cpu
         check_fits(self.compiled, self.captured.graph)
         self.memory = self.compiled.memory_analysis()
