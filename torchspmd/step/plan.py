@@ -39,7 +39,7 @@ from torchspmd.runtime.memory import check_fits
 from torchspmd.runtime.metrics import COUNTERS
 from torchspmd.runtime.program import Program, donated_first
 from torchspmd.sharding.state import new_leaf
-from torchspmd.step import optim
+from torchspmd.step import optim, wiring
 from torchspmd.step.capture import Captured
 from torchspmd.step.recycle import Spares
 
@@ -81,8 +81,8 @@ class Plan:
         self._layouts: list = [None] * len(self.sources)  # each input's layout, once placed
         self.consts = {}
         self._scalars(graph)
-        self._outputs(captured, graph)
-        self.donated = self._donated(captured)
+        self.refs, self.sigs, self.flat_outputs = wiring.output_refs(captured)
+        self.donated = wiring.donated_sources(captured, self.sources)
         donated = set(self.donated)
         self.kept = [i for i in range(len(self.sources)) if i not in donated]
         # ``.grad`` slots the step fills with new tensors (after ``zero_grad()``): their old
@@ -99,7 +99,8 @@ class Plan:
         self.regrads = [p for p in self.regrads if p not in self.spares.places]
         spare_flats = [self.refs[j][1] for j in spare]
         program, spares = self.program, self.spares
-        order = self._output_order(captured, spare_flats)
+        order, self.refs = wiring.output_order(captured, self.sources, self.refs, self.donated,
+                                               spare_flats, self.flat_outputs)
 
         def replay(leaves, spare_arrays, floats, ints, bools):
             flat = [a for group in program._replay(leaves, floats, ints, bools) for a in group]
@@ -131,78 +132,6 @@ class Plan:
                 self.seed_slots.append(ints_before + node_kinds.count(int) - 1)
             ints_before += node_kinds.count(int)
             position += len(node.scalars)
-
-    def _outputs(self, captured: Captured, graph) -> None:
-        """Where each output value comes from: a program output or an input (unchanged)."""
-        flat_index = {}
-        for r, (root, outs) in enumerate(zip(graph.roots, graph.wanted)):
-            for i in outs:
-                flat_index[(root, i)] = len(flat_index)
-        self.flat_outputs = len(flat_index)
-        leaf_index = {leaf: k for k, leaf in enumerate(graph.leaves)}
-        self.refs = []
-        self.sigs = []
-        for node, index in captured.values:
-            if (node, index) in flat_index:
-                self.refs.append(("out", flat_index[(node, index)], index))
-            elif (node, index) in leaf_index:
-                self.refs.append(("in", leaf_index[(node, index)], index))
-            else:
-                raise NotImplementedError(
-                    "torchspmd.compile: the step hands out data it did not compute or read "
-                    "(a tensor made from host data and kept); create it outside the step")
-            self.sigs.append(node.sig)
-
-    def _output_order(self, captured: Captured, spare_flats: list[int]) -> list[int]:
-        """The program's outputs in the order it returns them: first the new value of each
-        donated input, in the donated inputs' order, then the new gradients that take
-        recycled buffers (``recycle.py``); ``self.refs`` renumbered to match.
-
-        JAX gives each donated buffer to the first output of its shape and dtype still
-        without one. Listed in any other order, a parameter's buffer could go to another
-        parameter's new value of the same shape while it is still to be read: XLA then
-        copies every such input first (92 copies of parameters and moments in the
-        benchmark's step). The lazy path does the same (``program._paired_first``)."""
-        writes = {}  # what a source is, as a target that writes it -> output position
-        for target, ref in zip(captured.targets, self.refs):
-            if ref[0] == "out" and target[0] in ("arg", "storage"):
-                key = target[1] if target[0] == "arg" else target[1]()
-                writes.setdefault((target[0], key), ref[1])
-        for j, i in captured.substitutions.items():  # a slot refilled: its new tensor
-            if self.refs[j][0] == "out":
-                writes.setdefault(("index", i), self.refs[j][1])
-        order = []
-        for i in self.donated:
-            kind, ref = self.sources[i]
-            key = (kind, ref if kind == "arg" else ref())
-            flat = writes.get(key, writes.get(("index", i)))
-            if flat is not None and flat not in order:
-                order.append(flat)
-        order += [j for j in spare_flats if j not in order]
-        chosen = set(order)
-        order += [j for j in range(self.flat_outputs) if j not in chosen]
-        position = {j: k for k, j in enumerate(order)}
-        self.refs = [("out", position[r[1]], r[2]) if r[0] == "out" else r for r in self.refs]
-        return order
-
-    def _donated(self, captured: Captured) -> list[int]:
-        """Sources the step overwrites: their old buffers can go to the program."""
-        written = set()
-        for target in captured.targets:
-            if target[0] == "arg":
-                written.add(("arg", target[1]))
-            elif target[0] == "storage":
-                written.add(("storage", target[1]()))
-        for i, source in enumerate(self.sources):
-            if source[0] == "arg" and source in written:
-                yield_index = True
-            elif source[0] == "storage" and ("storage", source[1]()) in written:
-                yield_index = True
-            else:
-                yield_index = i in captured.substitutions.values()
-            if yield_index:
-                written.add(("index", i))
-        return [i for i in range(len(self.sources)) if ("index", i) in written]
 
     # --- each call ----------------------------------------------------------------------
 
