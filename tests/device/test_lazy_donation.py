@@ -4,6 +4,7 @@ that anything else can still read (a ``detach()``, a view, a tensor kept from an
 step, a zero-copy ``copy_`` target) is never donated, and keeps its value."""
 
 import gc
+import weakref
 
 import jax
 import pytest
@@ -106,6 +107,18 @@ def test_a_zero_copy_copy_target_keeps_its_value():
     assert _donated() == before
     assert target.cpu().tolist() == [1.0, 2.0]
     assert source.cpu().tolist() == [2.0, 3.0]
+
+
+def test_a_read_frees_what_the_run_consumed():
+    # Freed when sync() returns, the graph's old values would compete with the program
+    # for the host's cores; a read waits for the devices anyway, so it frees them first.
+    x = _on_device([1.0, 2.0])
+    old = weakref.ref(x._h.value()[0].arrays[0])
+    x.mul_(2)
+    torchspmd.sync()
+    assert old() is not None  # the run's graph still holds it
+    assert x.cpu().tolist() == [2.0, 4.0]
+    assert old() is None
 
 
 def test_a_read_runs_pending_updates_with_donation():

@@ -34,8 +34,8 @@ _LAST: list[Program] = []
 # The latest run's outputs per device set: a device runs programs in order, so waiting
 # for these waits for everything before them (and holds no older step's buffers).
 _IN_FLIGHT: dict[frozenset, list] = {}
-# What the latest compiled call consumed (its donated arrays, its inputs' old values):
-# freed when the host next waits for the devices, or at the next call at the latest.
+# What the latest runs consumed (donated arrays, old values, a lazy run's graph): freed
+# when the host next waits for the devices, or before the next run at the latest.
 # Freeing costs host time (~4 µs per donated 8-shard array); before a launch it delays
 # the launch, while the host waits for the devices it delays nothing.
 _SPENT: list = []
@@ -216,6 +216,7 @@ def execute(roots: list[Node], wanted: dict | None = None, successors: dict | No
     """
     if not roots:
         return
+    release_spent()  # the last run's graph: before donation counts references
     graph = collect(roots, wanted)
     program = _PROGRAMS.get(graph.key)
     if program is not None:
@@ -272,6 +273,9 @@ def execute(roots: list[Node], wanted: dict | None = None, successors: dict | No
                        else a)
         root.materialized(full)
     note_in_flight([a for arrays in outputs for a in arrays])
+    # The graph and its inputs (old values, donated buffers) die at the next read, wait or
+    # run: freeing them now would compete with the program for the host's cores.
+    release_later((graph, inputs))
 
 
 def _paired_outputs(graph, donate: tuple[int, ...], successors: dict | None) -> tuple:
