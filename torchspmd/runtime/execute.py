@@ -202,6 +202,7 @@ def execute(roots: list[Node], wanted: dict | None = None) -> None:
     """
     if not roots:
         return
+    release_spent()
     graph = collect(roots, wanted)
     program = _PROGRAMS.get(graph.key)
     if program is not None:
@@ -248,6 +249,10 @@ def execute(roots: list[Node], wanted: dict | None = None) -> None:
             root.materialized([failed] * len(root.sig.outputs))
         raise failed.error from None
     _LAST[:] = [program]
+    # The graph that ran (its nodes, and leaves with their spent or donated arrays) is
+    # torn down later, not while the program runs: freeing it now would compete with
+    # the program for the host's cores (see ``release_spent``).
+    _SPENT.append([root.inputs for root in graph.roots])
     several = len(ids) > 1
     for root, indices, arrays in zip(graph.roots, graph.wanted, outputs):
         full = [None] * len(root.sig.outputs)
@@ -281,8 +286,29 @@ def note_in_flight(arrays: list) -> None:
 
 
 def in_flight_ids() -> set[int]:
-    """``id`` of every array the in-flight lists hold (each is one more reference to it)."""
+    """``id`` of every array the in-flight lists hold (each is one more reference to it).
+
+    Every donation analysis (lazy runs and compiled steps) asks this first; the graphs
+    kept by ``release_spent`` go here, so that they never count as holders of a value.
+    """
+    release_spent()
     return {id(a) for arrays in _IN_FLIGHT.values() for a in arrays}
+
+
+# The operands of the roots of graphs that ran, kept so that their nodes and spent leaf
+# arrays are freed once the host is waiting or about to run the next program, rather than
+# while the program that used them runs (deallocating buffers then costs several times
+# the host time: XLA's threads have the cores).
+_SPENT: list = []
+
+
+def release_spent() -> None:
+    """Free the graphs that earlier runs finished with (see ``_SPENT``).
+
+    Called before each run's donation analysis and after ``wait_device_ops``.
+    """
+    if _SPENT:
+        _SPENT.clear()
 
 
 _SINGLE = jax.sharding.SingleDeviceSharding
@@ -359,6 +385,7 @@ def wait_device_ops() -> None:
     jax.block_until_ready([a for arrays in _IN_FLIGHT.values() for a in arrays
                            if not a.is_deleted()])
     _IN_FLIGHT.clear()
+    release_spent()  # the device is idle: freeing costs least now
 
 
 def last_program() -> Program | None:
