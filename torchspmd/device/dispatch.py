@@ -18,7 +18,7 @@ from torchspmd.device import bounds, host, resize
 from torchspmd.device.linalg_composites import LINALG_COMPOSITES
 from torchspmd.device.data_dependent import DATA_DEPENDENT
 from torchspmd.device.tensor import SpmdTensor
-from torchspmd.lazy.annotation import annotation, sharded_value
+from torchspmd.lazy.annotation import annotation, peel, sharded_value
 from torchspmd.lazy.handle import Handle, unkept
 from torchspmd.lazy.node import TENSOR, Node, ScalarSlot, TensorMeta
 from torchspmd.lazy.record import freeze, leaf_signature, meta_of, record, record_unary
@@ -361,10 +361,23 @@ def _assign(target, value) -> None:
         value = (record(aten.expand_copy.default, (TENSOR, handle.meta.shape), (), (value,),
                         (meta_of(value),)), 0)
     # Annotated after the broadcast: the target's spec has the target's rank.
-    kept = _keep_annotation(target, value)
-    handle.assign(kept)
-    if kept is not value and (handle.identity or not handle.view):
-        handle.storage.kept = kept  # the next in-place op may read ``value`` instead
+    if handle.view and not handle.identity:
+        handle.assign(_keep_annotation(target, value))
+        return
+    # A base, or an identity view (a parameter): the storage takes the value, with the
+    # storage's annotation (all ``Handle.assign`` would do; an optimizer's every write).
+    storage = handle.storage
+    old = storage.value
+    node = old[0]
+    if node.arrays is None and node.host is None and node.sig.op in IDENTITY_OPS:
+        old = peel(old)
+    sharding = annotation(old)
+    if sharding is not None and annotation(value) is not sharding:
+        kept = record_unary(SHARDING_CONSTRAINT, value, sharding)
+        storage.set(kept)
+        storage.kept = kept  # the next in-place op may read ``value`` instead
+    else:
+        storage.set(value)
 
 
 def _inplace_view(func, args, kwargs):

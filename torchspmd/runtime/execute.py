@@ -62,9 +62,7 @@ def sync(wait: bool = False) -> None:
 def take_pending() -> tuple[list, list, list[tuple[Node, int]]]:
     """Empty the pending sets: the storages and views taken (so that a run that fails can
     put them back) and their pending values, which one run must now compute."""
-    storages, views = list(PENDING), list(PENDING_VIEWS)
-    PENDING.clear()
-    PENDING_VIEWS.clear()
+    storages, views = PENDING.take(), PENDING_VIEWS.take()
     return storages, views, [s.value for s in storages] + [h.pending_view_value() for h in views]
 
 
