@@ -18,6 +18,7 @@ from torchspmd.device import bounds, host, resize
 from torchspmd.device.linalg_composites import LINALG_COMPOSITES
 from torchspmd.device.data_dependent import DATA_DEPENDENT
 from torchspmd.device.tensor import SpmdTensor
+from torchspmd.lazy import provenance
 from torchspmd.lazy.annotation import annotation, peel, sharded_value
 from torchspmd.lazy.handle import Handle, unkept
 from torchspmd.lazy.node import TENSOR, Node, ScalarSlot, TensorMeta
@@ -35,6 +36,7 @@ from torchspmd.runtime.metrics import COUNTERS
 aten = torch.ops.aten
 
 _CHECKED_INDICES = bounds._STATE
+_RECORDING = provenance.ACTIVE  # a compiled step being recorded (Handle.value reports reads)
 
 _SLOTS = {float: ScalarSlot(float), int: ScalarSlot(int), bool: ScalarSlot(bool)}
 _DROPPED_KWARGS = ("device", "pin_memory", "layout")  # placement is ours to decide
@@ -48,7 +50,7 @@ class _Plan:
     """
 
     __slots__ = ("func", "special", "data_dependent", "schema", "lowered", "random", "kinds",
-                 "keyword", "form", "identity")
+                 "keyword", "form", "identity", "inplace_view", "mutating", "view")
 
     def __init__(self, func):
         self.func = func
@@ -61,6 +63,10 @@ class _Plan:
         self.keyword = self.schema.keyword
         self.form = _return_form(func)
         self.identity = func in IDENTITY_OPS  # detach, alias: a view showing its input
+        # The schema's kinds, read once (``is_mutating`` is a property: a call per op).
+        self.inplace_view = self.schema.is_inplace_view
+        self.mutating = self.schema.is_mutating
+        self.view = self.schema.is_view
 
 
 _PLANS: dict[int, _Plan] = {}
@@ -77,24 +83,25 @@ def dispatch(func, args: tuple, kwargs: dict):
     """Handle one aten call on spmd tensors (``SpmdTensor.__torch_dispatch__``)."""
     if _CHECKED_INDICES["on"]:  # torchspmd.debug.check_indices(True)
         bounds.check(func, args, kwargs)
-    plan = _plan(func)
+    plan = _PLANS.get(id(func))  # _plan, its hit inline
+    if plan is None or plan.func is not func:
+        plan = _plan(func)
     if plan.special is not None:  # may run a graph: not counted as tracing
         return plan.special(*args, **kwargs)
     data_dependent = plan.data_dependent  # reads a size on the host: not counted either
     if data_dependent is not None and data_dependent.applies(*args, **kwargs):
         return data_dependent.run(*args, **kwargs)
     start = time.perf_counter()
-    schema = plan.schema
-    if schema.is_inplace_view:
+    if plan.inplace_view:
         result = _inplace_view(func, args, kwargs)
-    elif schema.is_mutating:
-        result = _mutate(func, schema, args, kwargs)
+    elif plan.mutating:
+        result = _mutate(func, plan.schema, args, kwargs)
     elif plan.identity and (not args[0]._h.view or args[0]._h.identity):
         result = _identity_view(func, args)
     elif plan.lowered:
         node = _record_flat(func, plan, _flatten(plan, args, kwargs))
-        if schema.is_view:
-            result = _views(func, args, node)
+        if plan.view:
+            result = _views(func, args, node, plan)
         elif plan.form == "single":  # most ops: one tensor out, no list to build
             meta = node.sig.outputs[0]
             result = None if meta is None else SpmdTensor(Handle.new((node, 0), meta))
@@ -165,10 +172,12 @@ def _flatten(plan: _Plan, args, kwargs):
     inputs, metas, scalars = [], [], []
     kinds = plan.kinds
     template = []
+    plain = _RECORDING[0] is None  # then a base's value is its storage's (Handle.value)
     for i, a in enumerate(args):
         if type(a) is SpmdTensor:  # the common case, without a call to _slot
             handle = a._h
-            inputs.append(handle.value())
+            inputs.append(handle.storage.value if plain and (not handle.view or handle.identity)
+                          else handle.value())
             metas.append(handle.meta)
             template.append(TENSOR)
         else:
@@ -193,10 +202,12 @@ def _slot(arg, kind, inputs, metas, scalars):
         return freeze(arg)
     if kind == TENSORS:  # foreach ops: a list per parameter group, tensors inline
         template = []
+        plain = _RECORDING[0] is None  # then a base's value is its storage's (Handle.value)
         for a in arg:
             if type(a) is SpmdTensor:
                 handle = a._h
-                inputs.append(handle.value())
+                inputs.append(handle.storage.value if plain and (not handle.view or handle.identity)
+                              else handle.value())
                 metas.append(handle.meta)
                 template.append(TENSOR)
             else:
@@ -241,13 +252,24 @@ def _shape_result(func, outs: list):
     return None if form == "none" else tuple(outs)
 
 
-def _views(func, args, node: Node):
+# Signature id -> the view step of a single-output view op: the signature fixes the op
+# and its static arguments, so a step's view ops (a few hundred) skip building it.
+_VIEW_STEPS: dict[int, object] = {}
+
+
+def _views(func, args, node: Node, plan: _Plan | None = None):
     """Outputs of view op ``func`` share storage with its input (``x.view(...)``, ``x[0]``)."""
     base = args[0]._h
     static = args[1:]
-    outputs = node.sig.outputs
-    if len(outputs) == 1 and _plan(func).form == "single":  # view, t, transpose, detach...
-        return SpmdTensor(base.viewed(view_step(func, static), (node, 0), outputs[0]))
+    sig = node.sig
+    outputs = sig.outputs
+    if len(outputs) == 1 and (plan or _plan(func)).form == "single":  # view, t, transpose...
+        step = _VIEW_STEPS.get(sig.id)
+        if step is None:
+            step = view_step(func, static)
+            if not any(isinstance(a, ScalarSlot) for a in sig.template):  # all static
+                _VIEW_STEPS[sig.id] = step
+        return SpmdTensor(base.viewed(step, (node, 0), outputs[0]))
     outs = [base.viewed(view_step(func, tuple(static), i), (node, i), m)
             for i, m in enumerate(outputs)]
     return _shape_result(func, [SpmdTensor(h) for h in outs])
