@@ -8,7 +8,6 @@ the same key, whatever data they hold, so the second one hits the compile cache.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from operator import attrgetter
 
 from torchspmd.lazy.node import Node
 
@@ -38,41 +37,46 @@ def collect(roots: list[Node], wanted: dict | None = None) -> Graph:
     ``wanted`` maps a root to the output indices live tensors use (default: every tensor
     output); the others are not returned, so XLA need not keep them.
     """
-    # The pending nodes ``roots`` reach. Runs once per sync over every pending node and
-    # operand: ``Node.is_leaf`` is spelled out (a property call per operand costs more
-    # than the rest of the walk).
-    seen = set(roots)
-    stack = list(roots)
-    while stack:
-        for value in stack.pop().inputs:
-            n = value[0]
-            if n.arrays is None and n.host is None and n not in seen:
-                seen.add(n)
-                stack.append(n)
-    # Creation order is a topological order (a node's operands exist before it does),
-    # and the same for every run of the same step.
-    nodes = sorted(seen, key=_SEQ)
-    position = {n: i for i, n in enumerate(nodes)}
+    position: dict[Node, int] = {}
     leaf_position: dict[tuple[Node, int], int] = {}
+    nodes: list[Node] = []
     leaves: list[tuple[Node, int]] = []
     operands: list[list[int]] = []
     key: list = []
-    for node in nodes:
-        codes = []
-        for value in node.inputs:
-            p = position.get(value[0])
-            if p is not None:
-                codes.append(p * OUTPUTS + value[1])  # operand_code
+    # Runs once per sync over every pending node: ``Node.is_leaf`` is spelled out (a
+    # property call per operand costs more than the rest of the walk).
+    for root in roots:
+        stack = [root]
+        while stack:
+            node = stack[-1]
+            if node in position:
+                stack.pop()
                 continue
-            leaf = leaf_position.get(value)
-            if leaf is None:
-                leaf = leaf_position[value] = len(leaves)
-                leaves.append(value)
-            codes.append(~leaf)
-        operands.append(codes)
-        key.append(node.sig.id)
-        key.append(len(codes))
-        key.extend(codes)
+            waiting = False
+            for n, _ in node.inputs:
+                if n.arrays is None and n.host is None and n not in position:
+                    stack.append(n)
+                    waiting = True
+            if waiting:
+                continue
+            codes = []
+            for value in node.inputs:
+                n = value[0]
+                if n.arrays is None and n.host is None:
+                    codes.append(position[n] * OUTPUTS + value[1])  # operand_code
+                    continue
+                leaf = leaf_position.get(value)
+                if leaf is None:
+                    leaf = leaf_position[value] = len(leaves)
+                    leaves.append(value)
+                codes.append(~leaf)
+            position[node] = len(nodes)
+            nodes.append(node)
+            operands.append(codes)
+            key.append(node.sig.id)
+            key.append(len(codes))
+            key.extend(codes)
+            stack.pop()
     outputs = [_tensor_outputs(r) if wanted is None or r not in wanted else tuple(sorted(wanted[r]))
                for r in roots]
     key.append(-1)
@@ -81,9 +85,6 @@ def collect(roots: list[Node], wanted: dict | None = None) -> Graph:
         key.extend(outs)
         key.append(-2)
     return Graph(nodes, leaves, list(roots), outputs, tuple(key), operands)
-
-
-_SEQ = attrgetter("seq")
 
 
 def _tensor_outputs(node: Node) -> tuple[int, ...]:
