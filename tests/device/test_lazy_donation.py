@@ -130,6 +130,23 @@ def test_a_read_runs_pending_updates_with_donation():
     assert x.cpu().tolist() == [3.0, 6.0]
 
 
+def test_a_graph_that_ran_is_freed_when_the_host_waits_and_never_blocks_donation():
+    x = _on_device([1.0, 2.0])
+    y = x * 2 + 1
+    middle = weakref.ref(y._h.value()[0].inputs[0][0])  # the node of x * 2
+    torchspmd.sync()
+    # Kept while the program may run (freeing competes with it for the cores)...
+    assert middle() is not None
+    torchspmd.wait_device_ops()
+    assert middle() is None  # ...and freed once the host waits.
+    before = _donated()
+    for op in (lambda t: t.add_(1), lambda t: t.mul_(2)):
+        op(y)
+        torchspmd.sync()  # no wait: the next run frees the last graph before it donates
+    assert _donated() - before == 16
+    assert y.cpu().tolist() == [8.0, 12.0]
+
+
 def _live_bytes() -> int:
     gc.collect()
     return sum(a.nbytes for a in jax.live_arrays() if not a.is_deleted())

@@ -32,6 +32,16 @@ def test_discard_and_clear():
     assert list(registry) == []
 
 
+def test_take_returns_the_live_members_in_order_and_empties_the_registry():
+    registry = WeakRegistry()
+    a, b, c = _Member(), _Member(), _Member()
+    registry.update([a, b, c])
+    del b
+    gc.collect()
+    assert registry.take() == [a, c]
+    assert list(registry) == []
+
+
 def test_dead_members_are_pruned_as_they_pile_up():
     registry = WeakRegistry()
     keep = [_Member() for _ in range(3)]

@@ -12,89 +12,52 @@ from __future__ import annotations
 import time
 
 import torch
-from torch._decomp import core_aten_decompositions, decomposition_table
 
 from torchspmd.device import bounds, host, resize
-from torchspmd.device.linalg_composites import LINALG_COMPOSITES
-from torchspmd.device.data_dependent import DATA_DEPENDENT
+from torchspmd.device.recording import (_PLANS, SPECIAL, _decompose, _flatten, _host_value,
+                                        _identity_view, _plan, _record, _record_flat,
+                                        _shape_result, _unsupported, _views, _wrap)
 from torchspmd.device.tensor import SpmdTensor
-from torchspmd.lazy.annotation import annotation, sharded_value
+from torchspmd.lazy.annotation import annotation, peel, sharded_value
 from torchspmd.lazy.handle import Handle, unkept
-from torchspmd.lazy.node import TENSOR, Node, ScalarSlot, TensorMeta
-from torchspmd.lazy.record import freeze, leaf_signature, meta_of, record, record_unary
-from torchspmd.lazy.schema import (SCALAR, SCALARS, STATIC, TENSORS, functional_variant,
-                                   op_schema)
-from torchspmd.lazy.schema import TENSOR as KIND_TENSOR
+from torchspmd.lazy.node import TENSOR, Node
+from torchspmd.lazy.record import meta_of, record, record_unary
+from torchspmd.lazy.schema import functional_variant, op_schema
 from torchspmd.lazy.shapes import signature
 from torchspmd.lazy.views import IDENTITY_OPS, view_step
-from torchspmd.lowering import LOWERINGS, RANDOM_OPS
 from torchspmd.lowering.annotations import SHARDING_CONSTRAINT
-from torchspmd.runtime import rng, transfer
 from torchspmd.runtime.metrics import COUNTERS
+
+__all__ = ["dispatch", "register_handler", "_assign", "_host_value", "_record", "_wrap"]
 
 aten = torch.ops.aten
 
 _CHECKED_INDICES = bounds._STATE
-
-_SLOTS = {float: ScalarSlot(float), int: ScalarSlot(int), bool: ScalarSlot(bool)}
-_DROPPED_KWARGS = ("device", "pin_memory", "layout")  # placement is ours to decide
-
-
-class _Plan:
-    """What dispatch needs to know about one op, worked out on its first call.
-
-    One dict lookup per call instead of several: hashing an OpOverload runs Python code,
-    so plans are found by the op's ``id`` (ops are singletons; ``func`` guards reuse).
-    """
-
-    __slots__ = ("func", "special", "data_dependent", "schema", "lowered", "random", "kinds",
-                 "keyword", "form", "identity")
-
-    def __init__(self, func):
-        self.func = func
-        self.special = _SPECIAL.get(func)
-        self.data_dependent = DATA_DEPENDENT.get(func)
-        self.schema = op_schema(func)
-        self.lowered = func in LOWERINGS
-        self.random = func in RANDOM_OPS
-        self.kinds = self.schema.positional
-        self.keyword = self.schema.keyword
-        self.form = _return_form(func)
-        self.identity = func in IDENTITY_OPS  # detach, alias: a view showing its input
-
-
-_PLANS: dict[int, _Plan] = {}
-
-
-def _plan(func) -> _Plan:
-    plan = _PLANS.get(id(func))
-    if plan is None or plan.func is not func:
-        plan = _PLANS[id(func)] = _Plan(func)
-    return plan
 
 
 def dispatch(func, args: tuple, kwargs: dict):
     """Handle one aten call on spmd tensors (``SpmdTensor.__torch_dispatch__``)."""
     if _CHECKED_INDICES["on"]:  # torchspmd.debug.check_indices(True)
         bounds.check(func, args, kwargs)
-    plan = _plan(func)
+    plan = _PLANS.get(id(func))  # _plan, its hit inline
+    if plan is None or plan.func is not func:
+        plan = _plan(func)
     if plan.special is not None:  # may run a graph: not counted as tracing
         return plan.special(*args, **kwargs)
     data_dependent = plan.data_dependent  # reads a size on the host: not counted either
     if data_dependent is not None and data_dependent.applies(*args, **kwargs):
         return data_dependent.run(*args, **kwargs)
     start = time.perf_counter()
-    schema = plan.schema
-    if schema.is_inplace_view:
+    if plan.inplace_view:
         result = _inplace_view(func, args, kwargs)
-    elif schema.is_mutating:
-        result = _mutate(func, schema, args, kwargs)
+    elif plan.mutating:
+        result = _mutate(func, plan.schema, args, kwargs)
     elif plan.identity and (not args[0]._h.view or args[0]._h.identity):
         result = _identity_view(func, args)
     elif plan.lowered:
         node = _record_flat(func, plan, _flatten(plan, args, kwargs))
-        if schema.is_view:
-            result = _views(func, args, node)
+        if plan.view:
+            result = _views(func, args, node, plan)
         elif plan.form == "single":  # most ops: one tensor out, no list to build
             meta = node.sig.outputs[0]
             result = None if meta is None else SpmdTensor(Handle.new((node, 0), meta))
@@ -142,130 +105,6 @@ def _install_entry() -> None:
 
 
 _install_entry()
-
-
-# --- recording -------------------------------------------------------------------------
-
-def _record(func, args, kwargs, plan: _Plan | None = None) -> Node:
-    plan = plan or _plan(func)
-    return _record_flat(func, plan, _flatten(plan, args, kwargs))
-
-
-def _record_flat(func, plan: _Plan, flat) -> Node:
-    """Record ``func`` from its flattened call (random ops get their seed here)."""
-    template, kw_template, inputs, metas, scalars = flat
-    if plan.random:
-        scalars.append(rng.next_seed())
-    COUNTERS["ops_traced"] += 1
-    return record(func, template, kw_template, tuple(inputs), tuple(metas), tuple(scalars))
-
-
-def _flatten(plan: _Plan, args, kwargs):
-    """Split a call into its template, tensor values, their metas and scalar inputs."""
-    inputs, metas, scalars = [], [], []
-    kinds = plan.kinds
-    template = []
-    for i, a in enumerate(args):
-        if type(a) is SpmdTensor:  # the common case, without a call to _slot
-            handle = a._h
-            inputs.append(handle.value())
-            metas.append(handle.meta)
-            template.append(TENSOR)
-        else:
-            template.append(_slot(a, kinds[i] if i < len(kinds) else STATIC, inputs, metas,
-                                  scalars))
-    kw_template = ()
-    if kwargs:
-        keyword = plan.keyword
-        kw_template = tuple((k, _slot(v, keyword.get(k, STATIC), inputs, metas, scalars))
-                            for k, v in kwargs.items() if k not in _DROPPED_KWARGS)
-    return tuple(template), kw_template, inputs, metas, scalars
-
-
-def _slot(arg, kind, inputs, metas, scalars):
-    """The template entry for ``arg``, collecting tensor values and scalar inputs."""
-    if type(arg) is SpmdTensor or isinstance(arg, SpmdTensor):
-        handle = arg._h
-        inputs.append(handle.value())
-        metas.append(handle.meta)
-        return TENSOR
-    if kind == STATIC:
-        return freeze(arg)
-    if kind == TENSORS:  # foreach ops: a list per parameter group, tensors inline
-        template = []
-        for a in arg:
-            if type(a) is SpmdTensor:
-                handle = a._h
-                inputs.append(handle.value())
-                metas.append(handle.meta)
-                template.append(TENSOR)
-            else:
-                template.append(_slot(a, KIND_TENSOR, inputs, metas, scalars))
-        return tuple(template)
-    if kind == SCALARS:
-        return tuple(_slot(a, SCALAR, inputs, metas, scalars) for a in arg)
-    slot = _SLOTS.get(type(arg))
-    if slot is not None:  # a Python number used as a value: a graph input
-        scalars.append(arg)
-        return slot
-    if isinstance(arg, torch.Tensor):  # a CPU tensor; PyTorch allows 0-d ones with devices
-        if arg.dim() != 0:
-            raise RuntimeError("Expected all tensors to be on the same device, but found at "
-                               f"least two devices, spmd:0 and {arg.device}!")
-        value = _host_value(arg)
-        inputs.append(value)
-        metas.append(meta_of(value))
-        return TENSOR
-    return arg
-
-
-def _wrap(func, node: Node):
-    outs = [None if m is None else SpmdTensor(Handle.new((node, i), m))
-            for i, m in enumerate(node.sig.outputs)]
-    return _shape_result(func, outs)
-
-
-def _return_form(func) -> str:
-    returns = func._schema.returns
-    if len(returns) == 1:
-        return "list" if str(returns[0].type).startswith("List") else "single"
-    return "none" if not returns else "tuple"
-
-
-def _shape_result(func, outs: list):
-    form = _plan(func).form
-    if form == "single":
-        return outs[0]
-    if form == "list":
-        return outs
-    return None if form == "none" else tuple(outs)
-
-
-def _views(func, args, node: Node):
-    """Outputs of view op ``func`` share storage with its input (``x.view(...)``, ``x[0]``)."""
-    base = args[0]._h
-    static = args[1:]
-    outputs = node.sig.outputs
-    if len(outputs) == 1 and _plan(func).form == "single":  # view, t, transpose, detach...
-        return SpmdTensor(base.viewed(view_step(func, static), (node, 0), outputs[0]))
-    outs = [base.viewed(view_step(func, tuple(static), i), (node, i), m)
-            for i, m in enumerate(outputs)]
-    return _shape_result(func, [SpmdTensor(h) for h in outs])
-
-
-def _identity_view(func, args):
-    """``x.detach()`` of a base or of an identity view: a handle on the same storage that
-    shows its value (no node: the graph would compute and return the same data twice)."""
-    base = args[0]._h
-    base.value()  # a read, for torchspmd.compile's record of the storages a step touches
-    return SpmdTensor(base.viewed(view_step(func, tuple(args[1:])), None, base.meta))
-
-
-def _host_value(t: torch.Tensor) -> tuple[Node, int]:
-    """A leaf holding CPU tensor ``t`` (uploaded when first used)."""
-    node = Node.from_host(transfer.to_numpy(t))
-    node.sig = leaf_signature(TensorMeta(tuple(t.shape), resize.contiguous_strides(t.shape), t.dtype))
-    return (node, 0)
 
 
 # --- mutation --------------------------------------------------------------------------
@@ -361,10 +200,23 @@ def _assign(target, value) -> None:
         value = (record(aten.expand_copy.default, (TENSOR, handle.meta.shape), (), (value,),
                         (meta_of(value),)), 0)
     # Annotated after the broadcast: the target's spec has the target's rank.
-    kept = _keep_annotation(target, value)
-    handle.assign(kept)
-    if kept is not value and (handle.identity or not handle.view):
-        handle.storage.kept = kept  # the next in-place op may read ``value`` instead
+    if handle.view and not handle.identity:
+        handle.assign(_keep_annotation(target, value))
+        return
+    # A base, or an identity view (a parameter): the storage takes the value, with the
+    # storage's annotation (all ``Handle.assign`` would do; an optimizer's every write).
+    storage = handle.storage
+    old = storage.value
+    node = old[0]
+    if node.arrays is None and node.host is None and node.sig.op in IDENTITY_OPS:
+        old = peel(old)
+    sharding = annotation(old)
+    if sharding is not None and annotation(value) is not sharding:
+        kept = record_unary(SHARDING_CONSTRAINT, value, sharding)
+        storage.set(kept)
+        storage.kept = kept  # the next in-place op may read ``value`` instead
+    else:
+        storage.set(value)
 
 
 def _inplace_view(func, args, kwargs):
@@ -379,41 +231,11 @@ def _inplace_view(func, args, kwargs):
     return target
 
 
-_SPECIAL = {
-    aten.resize_.default: resize.resize_,
-    aten.resize_as_.default: resize.resize_as_,
-    **LINALG_COMPOSITES,
-}  # and the ops of ``immediate.py``, which registers them
-
-
 def register_handler(op, handler) -> None:
     """Make ``handler(*args, **kwargs)`` run ``op`` on spmd tensors (for custom ops).
 
     Lets a package above this one (``sharding/``) implement its own ops without this
     module importing it. Example: ``register_handler(torch.ops.ns.op.default, fn)``.
     """
-    _SPECIAL[op] = handler
+    SPECIAL[op] = handler
     _PLANS.pop(id(op), None)
-
-
-# --- decompositions --------------------------------------------------------------------
-
-# PyTorch's core-ATen decompositions first; its wider table for ops outside the core set.
-_DECOMPOSITIONS = {**decomposition_table, **core_aten_decompositions()}
-
-
-def _decompose(func, args, kwargs):
-    decomposition = _DECOMPOSITIONS.get(func)
-    if decomposition is not None:
-        return decomposition(*args, **kwargs)
-    if torch._C._dispatch_has_kernel_for_dispatch_key(func.name(), "CompositeImplicitAutograd"):
-        return func.decompose(*args, **kwargs)
-    raise _unsupported(func)
-
-
-def _unsupported(func) -> NotImplementedError:
-    return NotImplementedError(
-        f"torchspmd: aten::{func._schema.name.split('::')[-1]}"
-        f"{'.' + func._overloadname if func._overloadname != 'default' else ''} is not "
-        "supported on the spmd device (no lowering or decomposition). Move the tensor to the "
-        "CPU for this op (t.cpu()), or file an issue with the op name.")

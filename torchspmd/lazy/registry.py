@@ -47,6 +47,15 @@ class WeakRegistry:
         for obj in objs:
             self.add(obj)
 
+    def take(self) -> list:
+        """The live members, in the order they were added; the registry is then empty.
+
+        (``list(registry)`` would count the members first, a second walk.)
+        """
+        live = [obj for obj in [ref() for ref in self._refs.values()] if obj is not None]
+        self.clear()
+        return live
+
     def clear(self) -> None:
         self._refs.clear()
         self._limit = self._MIN_LIMIT

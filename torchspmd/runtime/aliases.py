@@ -53,7 +53,7 @@ def _partners(array: jax.Array) -> list[jax.Array]:
 
 def shares_buffers(array: jax.Array, ignore: jax.Array | None = None) -> bool:
     """Whether another live array (other than ``ignore``) may hold ``array``'s buffers."""
-    if id(array) not in _SHARED:  # the common case, checked for every donated input
+    if id(array) not in _SHARED:  # most arrays: asked of every donation candidate
         return False
     return any(y is not ignore for y in _partners(array))
 

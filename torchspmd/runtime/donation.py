@@ -81,23 +81,26 @@ def lazy_donations(graph: Graph, inputs: list, flying: set[int],
         key = id(value)
         internal[key] = internal.get(key, 0) + 1
     # Per node: how many distinct value tuples that only the graph holds refer to it.
-    held: dict[int, int] = {}
-    outside: set[int] = set()
+    # Keyed by the nodes themselves (their hash is their identity, computed in C): no
+    # ``id`` call per use.
+    held: dict = {}
+    outside: set = set()
     value = node = leaf = array = placed = None  # the loops' locals, counted below
     for value in tuples.values():
         # References: ``tuples``, this local, getrefcount's argument, plus the graph's.
         if sys.getrefcount(value) == 3 + internal[id(value)]:
-            key = id(value[0])
-            held[key] = held.get(key, 0) + 1
+            node = value[0]
+            held[node] = held.get(node, 0) + 1
         else:
-            outside.add(id(value[0]))
-    value = None
-    roots = {id(r) for r in graph.roots}
+            outside.add(value[0])
+    value = node = None
+    roots = set(graph.roots)
     for node in graph.nodes:
-        if id(node) in roots:
+        if node in roots:
             continue  # becomes a leaf holding its outputs: it reads no input again
-        # References: ``graph.nodes``, this local, getrefcount's argument, the tuples.
-        if id(node) in outside or sys.getrefcount(node) != 3 + held.get(id(node), 0):
+        # References: ``graph.nodes``, this local, getrefcount's argument, the tuples,
+        # and ``held``'s key or ``outside``.
+        if node in outside or sys.getrefcount(node) != 4 + held.get(node, 0):
             return ()
     node = None
     room = dict(output_avals(graph) if avals is None else avals)
@@ -106,11 +109,12 @@ def lazy_donations(graph: Graph, inputs: list, flying: set[int],
     for position in range(len(graph.leaves)):
         leaf, index = graph.leaves[position]
         placed = inputs[position]
-        if leaf.arrays is None or id(leaf) in outside:
+        if leaf.arrays is None or leaf in outside:
             continue
         array = leaf.arrays[index]
         aval = (tuple(array.shape), array.dtype)
-        # References to the leaf: the tuples, this local, getrefcount's argument. To the
+        # References to the leaf: the tuples, this local, getrefcount's argument, ``held``'s
+        # key if there (a leaf in ``outside`` was skipped above). To the
         # array: ``leaf.arrays``, the local ``array``, getrefcount's argument, the
         # in-flight list if there, and if it was placed as it is, ``inputs`` and the
         # local ``placed``. An array placed anew over the same devices is the same
@@ -125,7 +129,7 @@ def lazy_donations(graph: Graph, inputs: list, flying: set[int],
                 continue
         else:
             continue
-        if (room.get(aval, 0) > 0 and sys.getrefcount(leaf) == 2 + held.get(id(leaf), 0)
+        if (room.get(aval, 0) > 0 and sys.getrefcount(leaf) == 2 + (leaf in held) + held.get(leaf, 0)
                 and sys.getrefcount(array) == array_refs + (id(array) in flying)
                 and not shares_buffers(array, ignore=placed)):
             room[aval] -= 1

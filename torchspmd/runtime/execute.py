@@ -67,9 +67,7 @@ def sync(wait: bool = False) -> None:
 def take_pending() -> tuple[list, list, list[tuple[Node, int]]]:
     """Empty the pending sets: the storages and views taken (so that a run that fails can
     put them back) and their pending values, which one run must now compute."""
-    storages, views = list(PENDING), list(PENDING_VIEWS)
-    PENDING.clear()
-    PENDING_VIEWS.clear()
+    storages, views = PENDING.take(), PENDING_VIEWS.take()
     return storages, views, [s.value for s in storages] + [h.pending_view_value() for h in views]
 
 
@@ -264,6 +262,10 @@ def execute(roots: list[Node], wanted: dict | None = None, successors: dict | No
             root.materialized([failed] * len(root.sig.outputs))
         raise failed.error from None
     _LAST[:] = [program]
+    # The graph that ran (its nodes, and leaves with their spent or donated arrays) is
+    # torn down later, not while the program runs: freeing it now would compete with
+    # the program for the host's cores (see ``_SPENT``).
+    release_later([root.inputs for root in graph.roots])
     several = len(ids) > 1
     for root, indices, arrays in zip(graph.roots, graph.wanted, outputs):
         full = [None] * len(root.sig.outputs)
@@ -273,9 +275,6 @@ def execute(roots: list[Node], wanted: dict | None = None, successors: dict | No
                        else a)
         root.materialized(full)
     note_in_flight([a for arrays in outputs for a in arrays])
-    # The graph and its inputs (old values, donated buffers) die at the next read, wait or
-    # run: freeing them now would compete with the program for the host's cores.
-    release_later((graph, inputs))
 
 
 def _paired_outputs(graph, donate: tuple[int, ...], successors: dict | None) -> tuple:
@@ -325,8 +324,15 @@ def note_in_flight(arrays: list) -> None:
 
 
 def in_flight_ids() -> set[int]:
-    """``id`` of every array the in-flight lists hold (each is one more reference to it)."""
+    """``id`` of every array the in-flight lists hold (each is one more reference to it).
+
+    Every donation analysis (lazy runs and compiled steps) asks this first; what
+    ``_SPENT`` keeps is freed here, so that it never counts as a holder of a value.
+    """
+    release_spent()
     return {id(a) for arrays in _IN_FLIGHT.values() for a in arrays}
+
+
 
 
 _SINGLE = jax.sharding.SingleDeviceSharding
@@ -403,8 +409,11 @@ def release_later(spent) -> None:
 
 
 def release_spent() -> None:
-    """Free what calls consumed (see ``_SPENT``): now, while the devices still compute."""
-    _SPENT.clear()
+    """Free what runs consumed (see ``_SPENT``). Called before a host read or wait blocks
+    (the devices still compute), and before each run's donation analysis, so that what
+    it keeps never counts as a holder of a value."""
+    if _SPENT:
+        _SPENT.clear()
 
 
 def wait_device_ops() -> None:

@@ -1,0 +1,243 @@
+"""How one aten call on spmd tensors becomes an IR node: its plan, template and outputs.
+
+``dispatch`` (the entry) and the mutation path both record through here: a call is
+flattened into a template (tensors and Python numbers that are graph inputs replaced by
+slots), recorded as a node, and its outputs wrapped as spmd tensors (views share their
+input's storage). Ops without a lowering use a PyTorch decomposition.
+
+Example::
+
+    node = _record(aten.add.Tensor, (x, y), {})   # x, y spmd tensors
+    out = _wrap(aten.add.Tensor, node)             # a new spmd tensor
+"""
+
+from __future__ import annotations
+
+import torch
+from torch._decomp import core_aten_decompositions, decomposition_table
+
+from torchspmd.device import resize
+from torchspmd.device.data_dependent import DATA_DEPENDENT
+from torchspmd.device.linalg_composites import LINALG_COMPOSITES
+from torchspmd.device.tensor import SpmdTensor
+from torchspmd.lazy import provenance
+from torchspmd.lazy.handle import Handle
+from torchspmd.lazy.node import TENSOR, Node, ScalarSlot, TensorMeta
+from torchspmd.lazy.record import freeze, leaf_signature, meta_of, record
+from torchspmd.lazy.schema import SCALAR, SCALARS, STATIC, TENSORS, op_schema
+from torchspmd.lazy.schema import TENSOR as KIND_TENSOR
+from torchspmd.lazy.views import IDENTITY_OPS, view_step
+from torchspmd.lowering import LOWERINGS, RANDOM_OPS
+from torchspmd.runtime import rng, transfer
+from torchspmd.runtime.metrics import COUNTERS
+
+aten = torch.ops.aten
+
+_RECORDING = provenance.ACTIVE  # a compiled step being recorded (Handle.value reports reads)
+
+# Ops run by a handler of their own instead of being recorded (``register_handler``).
+SPECIAL = {
+    aten.resize_.default: resize.resize_,
+    aten.resize_as_.default: resize.resize_as_,
+    **LINALG_COMPOSITES,
+}  # and the ops of ``immediate.py``, which registers them
+
+_SLOTS = {float: ScalarSlot(float), int: ScalarSlot(int), bool: ScalarSlot(bool)}
+_DROPPED_KWARGS = ("device", "pin_memory", "layout")  # placement is ours to decide
+
+
+class _Plan:
+    """What dispatch needs to know about one op, worked out on its first call.
+
+    One dict lookup per call instead of several: hashing an OpOverload runs Python code,
+    so plans are found by the op's ``id`` (ops are singletons; ``func`` guards reuse).
+    """
+
+    __slots__ = ("func", "special", "data_dependent", "schema", "lowered", "random", "kinds",
+                 "keyword", "form", "identity", "inplace_view", "mutating", "view")
+
+    def __init__(self, func):
+        self.func = func
+        self.special = SPECIAL.get(func)
+        self.data_dependent = DATA_DEPENDENT.get(func)
+        self.schema = op_schema(func)
+        self.lowered = func in LOWERINGS
+        self.random = func in RANDOM_OPS
+        self.kinds = self.schema.positional
+        self.keyword = self.schema.keyword
+        self.form = _return_form(func)
+        self.identity = func in IDENTITY_OPS  # detach, alias: a view showing its input
+        # The schema's kinds, read once (``is_mutating`` is a property: a call per op).
+        self.inplace_view = self.schema.is_inplace_view
+        self.mutating = self.schema.is_mutating
+        self.view = self.schema.is_view
+
+
+_PLANS: dict[int, _Plan] = {}
+
+
+def _plan(func) -> _Plan:
+    plan = _PLANS.get(id(func))
+    if plan is None or plan.func is not func:
+        plan = _PLANS[id(func)] = _Plan(func)
+    return plan
+
+
+def _record(func, args, kwargs, plan: _Plan | None = None) -> Node:
+    plan = plan or _plan(func)
+    return _record_flat(func, plan, _flatten(plan, args, kwargs))
+
+
+def _record_flat(func, plan: _Plan, flat) -> Node:
+    """Record ``func`` from its flattened call (random ops get their seed here)."""
+    template, kw_template, inputs, metas, scalars = flat
+    if plan.random:
+        scalars.append(rng.next_seed())
+    COUNTERS["ops_traced"] += 1
+    return record(func, template, kw_template, tuple(inputs), tuple(metas), tuple(scalars))
+
+
+def _flatten(plan: _Plan, args, kwargs):
+    """Split a call into its template, tensor values, their metas and scalar inputs."""
+    inputs, metas, scalars = [], [], []
+    kinds = plan.kinds
+    template = []
+    plain = _RECORDING[0] is None  # then a base's value is its storage's (Handle.value)
+    for i, a in enumerate(args):
+        if type(a) is SpmdTensor:  # the common case, without a call to _slot
+            handle = a._h
+            inputs.append(handle.storage.value if plain and (not handle.view or handle.identity)
+                          else handle.value())
+            metas.append(handle.meta)
+            template.append(TENSOR)
+        else:
+            template.append(_slot(a, kinds[i] if i < len(kinds) else STATIC, inputs, metas,
+                                  scalars))
+    kw_template = ()
+    if kwargs:
+        keyword = plan.keyword
+        kw_template = tuple((k, _slot(v, keyword.get(k, STATIC), inputs, metas, scalars))
+                            for k, v in kwargs.items() if k not in _DROPPED_KWARGS)
+    return tuple(template), kw_template, inputs, metas, scalars
+
+
+def _slot(arg, kind, inputs, metas, scalars):
+    """The template entry for ``arg``, collecting tensor values and scalar inputs."""
+    if type(arg) is SpmdTensor or isinstance(arg, SpmdTensor):
+        handle = arg._h
+        inputs.append(handle.value())
+        metas.append(handle.meta)
+        return TENSOR
+    if kind == STATIC:
+        return freeze(arg)
+    if kind == TENSORS:  # foreach ops: a list per parameter group, tensors inline
+        template = []
+        plain = _RECORDING[0] is None  # then a base's value is its storage's (Handle.value)
+        for a in arg:
+            if type(a) is SpmdTensor:
+                handle = a._h
+                inputs.append(handle.storage.value if plain and (not handle.view or handle.identity)
+                              else handle.value())
+                metas.append(handle.meta)
+                template.append(TENSOR)
+            else:
+                template.append(_slot(a, KIND_TENSOR, inputs, metas, scalars))
+        return tuple(template)
+    if kind == SCALARS:
+        return tuple(_slot(a, SCALAR, inputs, metas, scalars) for a in arg)
+    slot = _SLOTS.get(type(arg))
+    if slot is not None:  # a Python number used as a value: a graph input
+        scalars.append(arg)
+        return slot
+    if isinstance(arg, torch.Tensor):  # a CPU tensor; PyTorch allows 0-d ones with devices
+        if arg.dim() != 0:
+            raise RuntimeError("Expected all tensors to be on the same device, but found at "
+                               f"least two devices, spmd:0 and {arg.device}!")
+        value = _host_value(arg)
+        inputs.append(value)
+        metas.append(meta_of(value))
+        return TENSOR
+    return arg
+
+
+def _wrap(func, node: Node):
+    outs = [None if m is None else SpmdTensor(Handle.new((node, i), m))
+            for i, m in enumerate(node.sig.outputs)]
+    return _shape_result(func, outs)
+
+
+def _return_form(func) -> str:
+    returns = func._schema.returns
+    if len(returns) == 1:
+        return "list" if str(returns[0].type).startswith("List") else "single"
+    return "none" if not returns else "tuple"
+
+
+def _shape_result(func, outs: list):
+    form = _plan(func).form
+    if form == "single":
+        return outs[0]
+    if form == "list":
+        return outs
+    return None if form == "none" else tuple(outs)
+
+
+# Signature id -> the view step of a single-output view op: the signature fixes the op
+# and its static arguments, so a step's view ops (a few hundred) skip building it.
+_VIEW_STEPS: dict[int, object] = {}
+
+
+def _views(func, args, node: Node, plan: _Plan | None = None):
+    """Outputs of view op ``func`` share storage with its input (``x.view(...)``, ``x[0]``)."""
+    base = args[0]._h
+    static = args[1:]
+    sig = node.sig
+    outputs = sig.outputs
+    if len(outputs) == 1 and (plan or _plan(func)).form == "single":  # view, t, transpose...
+        step = _VIEW_STEPS.get(sig.id)
+        if step is None:
+            step = view_step(func, static)
+            if not any(isinstance(a, ScalarSlot) for a in sig.template):  # all static
+                _VIEW_STEPS[sig.id] = step
+        return SpmdTensor(base.viewed(step, (node, 0), outputs[0]))
+    outs = [base.viewed(view_step(func, tuple(static), i), (node, i), m)
+            for i, m in enumerate(outputs)]
+    return _shape_result(func, [SpmdTensor(h) for h in outs])
+
+
+def _identity_view(func, args):
+    """``x.detach()`` of a base or of an identity view: a handle on the same storage that
+    shows its value (no node: the graph would compute and return the same data twice)."""
+    base = args[0]._h
+    base.value()  # a read, for torchspmd.compile's record of the storages a step touches
+    return SpmdTensor(base.viewed(view_step(func, tuple(args[1:])), None, base.meta))
+
+
+def _host_value(t: torch.Tensor) -> tuple[Node, int]:
+    """A leaf holding CPU tensor ``t`` (uploaded when first used)."""
+    node = Node.from_host(transfer.to_numpy(t))
+    node.sig = leaf_signature(TensorMeta(tuple(t.shape), resize.contiguous_strides(t.shape), t.dtype))
+    return (node, 0)
+
+
+# --- decompositions --------------------------------------------------------------------
+
+# PyTorch's core-ATen decompositions first; its wider table for ops outside the core set.
+_DECOMPOSITIONS = {**decomposition_table, **core_aten_decompositions()}
+
+
+def _decompose(func, args, kwargs):
+    decomposition = _DECOMPOSITIONS.get(func)
+    if decomposition is not None:
+        return decomposition(*args, **kwargs)
+    if torch._C._dispatch_has_kernel_for_dispatch_key(func.name(), "CompositeImplicitAutograd"):
+        return func.decompose(*args, **kwargs)
+    raise _unsupported(func)
+
+
+def _unsupported(func) -> NotImplementedError:
+    return NotImplementedError(
+        f"torchspmd: aten::{func._schema.name.split('::')[-1]}"
+        f"{'.' + func._overloadname if func._overloadname != 'default' else ''} is not "
+        "supported on the spmd device (no lowering or decomposition). Move the tensor to the "
+        "CPU for this op (t.cpu()), or file an issue with the op name.")
