@@ -65,8 +65,8 @@ class CompiledStep:
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         self._calls += 1
-        args, kwargs = _as_bases(args, kwargs)
-        key, tensors = signature(args, kwargs)
+        args, kwargs, flat = _as_bases(args, kwargs)
+        key, tensors = signature(args, kwargs, flat)
         plans: list[Plan] = self._plans.get(key) or []
         plan = next((p for p in plans if p.ready()), None)
         if plan is None and plans:
@@ -139,19 +139,20 @@ class CompiledStep:
         return self._last.memory if self._last is not None else None
 
 
-def _as_bases(args: tuple, kwargs: dict) -> tuple[tuple, dict]:
+def _as_bases(args: tuple, kwargs: dict) -> tuple[tuple, dict, tuple]:
     """The arguments with every spmd tensor holding data, views replaced by plain copies
-    (a view's chain is part of the program; its data is what the step reads)."""
+    (a view's chain is part of the program; its data is what the step reads); and their
+    ``tree_flatten``."""
     leaves, spec = tree_flatten((args, kwargs))
     values = [t._h.value() for t in leaves if isinstance(t, SpmdTensor)]
     pending = [v for v in values if v[0].arrays is None]
     if pending:
         execute.materialize(pending)
     if not any(isinstance(t, SpmdTensor) and t._h.view for t in leaves):
-        return args, kwargs
+        return args, kwargs, (leaves, spec)
     leaves = [SpmdTensor(Handle.new(t._h.value(), t._h.meta), requires_grad=t.requires_grad)
               if isinstance(t, SpmdTensor) and t._h.view else t for t in leaves]
-    return tree_unflatten(leaves, spec)
+    return *tree_unflatten(leaves, spec), (leaves, spec)
 
 
 def compile(fn: Callable | None = None, *, check_every: int | None = None) -> Any:

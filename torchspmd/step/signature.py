@@ -23,9 +23,10 @@ class UnhashableArgument(TypeError):
     """A non-tensor argument of a compiled step cannot be part of its cache key."""
 
 
-def signature(args: tuple, kwargs: dict) -> tuple[tuple, list[SpmdTensor]]:
-    """The cache key of a call, and its spmd tensor arguments in flattening order."""
-    leaves, spec = tree_flatten((args, kwargs))
+def signature(args: tuple, kwargs: dict, flat: tuple | None = None) -> tuple[tuple, list[SpmdTensor]]:
+    """The cache key of a call, and its spmd tensor arguments in flattening order
+    (``flat``: ``tree_flatten((args, kwargs))`` if the caller has it already)."""
+    leaves, spec = tree_flatten((args, kwargs)) if flat is None else flat
     key: list = [spec, torch.is_grad_enabled()]
     tensors: list[SpmdTensor] = []
     for leaf in leaves:
