@@ -90,10 +90,11 @@ class Plan:
         # while a program runs costs several times more host time.
         self.regrads = [t[1] for t in captured.targets
                         if t[0] == "place" and t[1].key == "grad" and not t[1].item]
-        # Those the step computes and does not read: their old buffers are recycled.
+        # Those the step computes and does not read, and that hold a gradient when it
+        # starts (not emptied outside the step): their old buffers are recycled.
         spare = [j for j, (t, ref) in enumerate(zip(captured.targets, self.refs))
                  if t[0] == "place" and t[1] in self.regrads and ref[0] == "out"
-                 and j not in captured.substitutions]
+                 and j not in captured.substitutions and t[1] not in captured.empty_places]
         self.spares = Spares([captured.targets[j][1] for j in spare],
                              [self.sigs[j].outputs[self.refs[j][2]] for j in spare])
         self.regrads = [p for p in self.regrads if p not in self.spares.places]
