@@ -56,16 +56,20 @@ class Spares:
     def take(self, first: bool) -> tuple[list, int]:
         """Empty the slots; their old gradients' arrays where nothing else holds them,
         else fresh buffers; and how many bytes were recycled."""
-        arrays, recycled = [], 0
+        arrays, recycled, missing = [], 0, []
         for k, place in enumerate(self.places):
             array = None if first else self._old(place, k)
             if array is None:
                 place.set(None)
-                arrays.append(_blank(self.metas[k].shape, to_jax_dtype(self.metas[k].dtype),
-                                     self.shardings[k])())
+                missing.append(k)
             else:
-                arrays.append(array)
                 recycled += array.nbytes
+            arrays.append(array)
+        if missing:  # one program makes them all
+            blanks = _blanks(tuple((self.metas[k].shape, to_jax_dtype(self.metas[k].dtype),
+                                    self.shardings[k]) for k in missing))()
+            for k, blank in zip(missing, blanks):
+                arrays[k] = blank
         return arrays, recycled
 
     def _old(self, place, k: int):
@@ -89,6 +93,8 @@ class Spares:
         return array if array.sharding == self.shardings[k] else None
 
 
-@functools.lru_cache(maxsize=256)
-def _blank(shape: tuple, dtype, sharding):
-    return jax.jit(lambda: jnp.zeros(shape, dtype), out_shardings=sharding)
+@functools.lru_cache(maxsize=64)
+def _blanks(specs: tuple):
+    """A jitted ``() -> [zeros]`` for ``specs`` of (shape, dtype, sharding)."""
+    return jax.jit(lambda: [jnp.zeros(shape, dtype) for shape, dtype, _ in specs],
+                   out_shardings=[sharding for _, _, sharding in specs])
