@@ -18,6 +18,7 @@ Example::
 
 from __future__ import annotations
 
+import functools
 import math
 import time
 import weakref
@@ -113,6 +114,8 @@ class Plan:
         # keep_unused: the spare buffers are read by no op, only written into.
         self.jitted = jax.jit(donated_first(replay, len(self.sources), tuple(self.donated)),
                               donate_argnums=(0, 2), keep_unused=True)
+        # (output, position in the results) of each tensor the step returns.
+        self.returns = [(k, t[1]) for k, t in enumerate(captured.targets) if t[0] == "return"]
         self.compiled = None
         self.memory = None  # XLA's memory analysis of the compiled program
 
@@ -194,7 +197,7 @@ class Plan:
             self.spares.shardings = self.spares.parameter_layouts(self._layout_of(placed))
         spare_arrays, recycled = (self.spares.take(first) if self.spares.shardings is not None
                                   else ([], 0))
-        fresh = self._fresh(placed)
+        fresh, fills = self._fresh(placed)
         vectors = self._vectors()
         if self.compiled is None:
             self._compile(donated, kept, spare_arrays, vectors)
@@ -211,7 +214,7 @@ class Plan:
             n for n, alone in zip(self._donated_bytes, exclusive) if alone)
         execute.note_in_flight(outputs[:1])
         execute.release_later((values, arrays, donated, spare_arrays))
-        return outputs, placed, fresh
+        return outputs, fills, fresh
 
     def _placed(self, arrays: list) -> list:
         """``arrays`` on the program's devices, in id order; an array already laid out as
@@ -265,18 +268,21 @@ class Plan:
         _EXECUTABLES[key] = (self.compiled, self.memory)
         COUNTERS["compile_time_s"] += time.perf_counter() - start
 
-    def _fresh(self, placed: list) -> list:
+    def _fresh(self, placed: list) -> tuple[list, list]:
         """For each output: its new value (the array filled in after the call, unless it is
         an input handed back unchanged) and, for a filled slot or a result, its new
-        tensor. Built before the program starts: host work done while it runs competes
-        with it for the host's cores."""
-        fresh = []
+        tensor; and where the call's outputs go (``(node.arrays, index, output)``). Built
+        before the program starts: host work done while it runs competes with it for the
+        host's cores."""
+        fresh, fills = [], []
         for target, ref, sig in zip(self.captured.targets, self.refs, self.sigs):
             node = Node(sig)
-            node.arrays = [None] * len(sig.outputs)
+            arrays = node.arrays = [None] * len(sig.outputs)
             index = ref[2]
             if ref[0] == "in":
-                node.arrays[index] = placed[ref[1]]
+                arrays[index] = placed[ref[1]]
+            else:
+                fills.append((arrays, index, ref[1]))
             value = (node, index)
             kind = target[0]
             if kind == "storage" or kind == "arg":
@@ -291,47 +297,45 @@ class Plan:
             else:  # a result
                 tensor = SpmdTensor(Handle.new(value, sig.outputs[index]))
             fresh.append((value, tensor))
-        return fresh
+        return fresh, fills
 
     def _install(self, fresh: list, args: list[SpmdTensor]) -> list:
-        """Put each new value in the storage the step wrote; returns what they held."""
-        replaced = []
-        for target, (value, _) in zip(self.captured.targets, fresh):
-            storage = self._storage(target, args)
-            if storage is not None:
-                replaced.append((storage, storage.value))
-                storage.set(value)
-        return replaced
-
-    @staticmethod
-    def _restore(replaced: list) -> None:
-        """Undo :meth:`_install` (the program did not start)."""
-        for storage, value in reversed(replaced):
-            storage.set(value)
-
-    @staticmethod
-    def _storage(target: tuple, args: list[SpmdTensor]):
-        kind = target[0]
-        if kind == "storage":
-            return target[1]()
-        return args[target[1]]._h.storage if kind == "arg" else None
-
-    def write_back(self, run: tuple, args: list[SpmdTensor]):
-        """Finish the step's writes from ``run`` (what ``__call__`` returned): arrays into
-        the new values, new tensors into their slots; the call's result."""
-        outputs, placed, fresh = run
-        captured = self.captured
-        results = list(captured.result_leaves)
-        for i, (target, ref, (value, tensor)) in enumerate(zip(captured.targets, self.refs,
-                                                              fresh)):
-            if ref[0] == "out":
-                value[0].arrays[value[1]] = outputs[ref[1]]
+        """Put each new value in the storage the step wrote and each new tensor in its
+        slot (their arrays come when the call returns); returns how to undo that."""
+        undo = []
+        substitutions = self.captured.substitutions
+        for i, (target, (value, tensor)) in enumerate(zip(self.captured.targets, fresh)):
             kind = target[0]
             if kind == "place":
-                target[1].set(tensor)
-                source = captured.substitutions.get(i)
+                place = target[1]
+                undo.append(functools.partial(place.set, place.get()))
+                place.set(tensor)
+                source = substitutions.get(i)
                 if source is not None:  # later calls read the slot's new tensor
+                    undo.append(functools.partial(self.sources.__setitem__, source,
+                                                  self.sources[source]))
                     self.sources[source] = ("storage", weakref.ref(tensor._h.storage))
-            elif kind == "return":
-                results[target[1]] = tensor
-        return tree_unflatten(results, captured.result_spec)
+                continue
+            storage = target[1]() if kind == "storage" else (
+                args[target[1]]._h.storage if kind == "arg" else None)
+            if storage is not None:
+                undo.append(functools.partial(storage.set, storage.value))
+                storage.set(value)
+        return undo
+
+    @staticmethod
+    def _restore(undo: list) -> None:
+        """Undo :meth:`_install` (the program did not start)."""
+        for step in reversed(undo):
+            step()
+
+    def write_back(self, run: tuple, args: list[SpmdTensor]):
+        """Finish the step from ``run`` (what ``__call__`` returned): the call's arrays
+        into the new values; the call's result."""
+        outputs, fills, fresh = run
+        for arrays, index, k in fills:
+            arrays[index] = outputs[k]
+        results = list(self.captured.result_leaves)
+        for k, position in self.returns:
+            results[position] = fresh[k][1]
+        return tree_unflatten(results, self.captured.result_spec)
