@@ -358,7 +358,12 @@ _DONATED_BYTES: "weakref.WeakKeyDictionary[Program, dict]" = weakref.WeakKeyDict
 def _as_last_time(graph, known: tuple) -> list[jax.Array] | None:
     """The graph's input arrays if each has the layout ``known`` recorded for its position
     (then each enters the program as it is, on the same devices), else None."""
-    shardings = known[0]
+    shardings, _, annotations = known
+    # Host data is uploaded as it is annotated: only with last time's annotations does
+    # it take last time's layouts (else placement must see the annotations themselves).
+    for position, (leaf, _) in enumerate(graph.leaves):
+        if leaf.host is not None and leaf.sharding is not annotations[position]:
+            return None
     inputs = []
     for position, (leaf, index) in enumerate(graph.leaves):
         if leaf.host is not None:
@@ -376,7 +381,8 @@ def _note_layouts(program: Program, graph, inputs: list, target) -> None:
         if placed is not leaf.arrays[index]:
             _LAYOUTS.pop(program, None)
             return
-    _LAYOUTS[program] = ([a.sharding for a in inputs], target)
+    _LAYOUTS[program] = ([a.sharding for a in inputs], target,
+                         [leaf.sharding for leaf, _ in graph.leaves])
 
 
 def _donated_bytes(program: Program, inputs: list, donate: tuple[int, ...]) -> int:
