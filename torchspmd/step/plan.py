@@ -18,7 +18,6 @@ Example::
 
 from __future__ import annotations
 
-import functools
 import math
 import time
 import weakref
@@ -114,8 +113,14 @@ class Plan:
         # keep_unused: the spare buffers are read by no op, only written into.
         self.jitted = jax.jit(donated_first(replay, len(self.sources), tuple(self.donated)),
                               donate_argnums=(0, 2), keep_unused=True)
-        # (output, position in the results) of each tensor the step returns.
-        self.returns = [(k, t[1]) for k, t in enumerate(captured.targets) if t[0] == "return"]
+        # (output, position in the results) of each tensor the step returns; (output,
+        # kind, storage ref or argument) of each storage it writes; (output, slot) of
+        # each slot it fills.
+        targets = captured.targets
+        self.returns = [(k, t[1]) for k, t in enumerate(targets) if t[0] == "return"]
+        self._written = [(k, t[0], t[1]) for k, t in enumerate(targets)
+                         if t[0] in ("storage", "arg")]
+        self._slots = [(k, t[1]) for k, t in enumerate(targets) if t[0] == "place"]
         self.compiled = None
         self.memory = None  # XLA's memory analysis of the compiled program
 
@@ -299,35 +304,33 @@ class Plan:
             fresh.append((value, tensor))
         return fresh, fills
 
-    def _install(self, fresh: list, args: list[SpmdTensor]) -> list:
+    def _install(self, fresh: list, args: list[SpmdTensor]) -> tuple:
         """Put each new value in the storage the step wrote and each new tensor in its
-        slot (their arrays come when the call returns); returns how to undo that."""
-        undo = []
-        substitutions = self.captured.substitutions
-        for i, (target, (value, tensor)) in enumerate(zip(self.captured.targets, fresh)):
-            kind = target[0]
-            if kind == "place":
-                place = target[1]
-                undo.append(functools.partial(place.set, place.get()))
-                place.set(tensor)
-                source = substitutions.get(i)
-                if source is not None:  # later calls read the slot's new tensor
-                    undo.append(functools.partial(self.sources.__setitem__, source,
-                                                  self.sources[source]))
-                    self.sources[source] = ("storage", weakref.ref(tensor._h.storage))
-                continue
-            storage = target[1]() if kind == "storage" else (
-                args[target[1]]._h.storage if kind == "arg" else None)
-            if storage is not None:
-                undo.append(functools.partial(storage.set, storage.value))
-                storage.set(value)
-        return undo
+        slot (their arrays come when the call returns); returns what they held."""
+        storages = [ref() if kind == "storage" else args[ref]._h.storage
+                    for _, kind, ref in self._written]
+        held = [storage.value for storage in storages]
+        for storage, (i, _, _) in zip(storages, self._written):
+            storage.set(fresh[i][0])
+        slots = [place.get() for _, place in self._slots]
+        for i, place in self._slots:
+            place.set(fresh[i][1])
+        sources = None
+        if self.captured.substitutions:  # later calls read the slots' new tensors
+            sources = list(self.sources)
+            for i, source in self.captured.substitutions.items():
+                self.sources[source] = ("storage", weakref.ref(fresh[i][1]._h.storage))
+        return storages, held, slots, sources
 
-    @staticmethod
-    def _restore(undo: list) -> None:
+    def _restore(self, replaced: tuple) -> None:
         """Undo :meth:`_install` (the program did not start)."""
-        for step in reversed(undo):
-            step()
+        storages, held, slots, sources = replaced
+        for storage, value in zip(storages, held):
+            storage.set(value)
+        for (_, place), tensor in zip(self._slots, slots):
+            place.set(tensor)
+        if sources is not None:
+            self.sources[:] = sources
 
     def write_back(self, run: tuple, args: list[SpmdTensor]):
         """Finish the step from ``run`` (what ``__call__`` returned): the call's arrays
