@@ -106,8 +106,7 @@ def _flatten(plan: _Plan, args, kwargs):
     for i, a in enumerate(args):
         if type(a) is SpmdTensor:  # the common case, without a call to _slot
             handle = a._h
-            inputs.append(handle.storage.value if plain and (not handle.view or handle.identity)
-                          else handle.value())
+            inputs.append(_value(handle, plain))
             metas.append(handle.meta)
             template.append(TENSOR)
         else:
@@ -119,6 +118,12 @@ def _flatten(plan: _Plan, args, kwargs):
         kw_template = tuple((k, _slot(v, keyword.get(k, STATIC), inputs, metas, scalars))
                             for k, v in kwargs.items() if k not in _DROPPED_KWARGS)
     return tuple(template), kw_template, inputs, metas, scalars
+
+
+def _value(handle, plain: bool):
+    """A tensor's graph value; while no step is recorded (``plain``), a base's or an
+    identity view's is its storage's, read without ``Handle.value``'s bookkeeping."""
+    return handle.storage.value if plain and (not handle.view or handle.identity) else handle.value()
 
 
 def _slot(arg, kind, inputs, metas, scalars):
@@ -136,8 +141,7 @@ def _slot(arg, kind, inputs, metas, scalars):
         for a in arg:
             if type(a) is SpmdTensor:
                 handle = a._h
-                inputs.append(handle.storage.value if plain and (not handle.view or handle.identity)
-                              else handle.value())
+                inputs.append(_value(handle, plain))
                 metas.append(handle.meta)
                 template.append(TENSOR)
             else:
