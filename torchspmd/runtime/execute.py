@@ -324,15 +324,8 @@ def note_in_flight(arrays: list) -> None:
 
 
 def in_flight_ids() -> set[int]:
-    """``id`` of every array the in-flight lists hold (each is one more reference to it).
-
-    Every donation analysis (lazy runs and compiled steps) asks this first; what
-    ``_SPENT`` keeps is freed here, so that it never counts as a holder of a value.
-    """
-    release_spent()
+    """``id`` of every array the in-flight lists hold (each is one more reference to it)."""
     return {id(a) for arrays in _IN_FLIGHT.values() for a in arrays}
-
-
 
 
 _SINGLE = jax.sharding.SingleDeviceSharding

@@ -58,8 +58,8 @@ class Program:
         # its own host copy, as jit does with numpy arguments).
         self._keeps_vectors = jax.process_count() == 1
         # Per set of donated leaf positions and their paired outputs: the jit that donates
-        # them, and whether it has been compiled (a training step donates the same leaves
-        # every time).
+        # them and the outputs it lists first, and whether it has been compiled (a training
+        # step donates the same leaves every time).
         self._donating: dict[tuple, object] = {}
         self._compiled_donations: set[tuple] = set()
         self._last_args = None  # the latest run's argument layouts, for optimized_hlo()
@@ -84,7 +84,7 @@ class Program:
         # Layouts only: holding the arrays would keep last step's buffers alive.
         self._last_args = ([(a.shape, a.dtype, a.sharding) for a in leaf_arrays], vectors,
                            donate, pairs)
-        jitted, args = self._call(leaf_arrays, donate, pairs)
+        jitted, args, hoisted = self._call(leaf_arrays, donate, pairs)
         del leaf_arrays
         start = time.perf_counter()
         key = (donate, pairs)
@@ -97,10 +97,10 @@ class Program:
                 COUNTERS["compile_cpu_s"] += time.process_time() - cpu
                 check_fits(compiled, graph)
             outputs = jitted(*args, *vectors)
-        if pairs:  # the outputs listed first go back to their groups
+        if hoisted:  # the outputs listed first go back to their groups
             first_outputs, outputs = outputs
-            for pair, array in zip([p for p in pairs if p is not None], first_outputs):
-                outputs[pair[0]][pair[1]] = array
+            for (r, k), array in zip(hoisted, first_outputs):
+                outputs[r][k] = array
         if first:
             if donate:
                 self._compiled_donations.add(key)
@@ -136,19 +136,21 @@ class Program:
         return placed
 
     def _call(self, leaf_arrays: list, donate: tuple[int, ...], pairs: tuple = ()):
-        """The jit to call and its leaf arguments: ``[leaves]``, or ``[donated], [kept]``."""
+        """The jit to call, its leaf arguments (``[leaves]``, or ``[donated], [kept]``), and
+        the outputs it lists first (``pairs`` without the Nones, see ``_paired_first``)."""
         if not donate:
-            return self.jitted, [leaf_arrays]
-        jitted = self._donating.get((donate, pairs))
-        if jitted is None:
+            return self.jitted, [leaf_arrays], []
+        known = self._donating.get((donate, pairs))
+        if known is None:
+            hoisted = [p for p in pairs if p is not None]
             replay = donated_first(self._replay, len(leaf_arrays), donate)
-            if pairs:
-                replay = _paired_first(replay, [p for p in pairs if p is not None])
-            jitted = self._donating[(donate, pairs)] = jax.jit(replay, donate_argnums=(0,),
-                                                               keep_unused=True)
+            if hoisted:
+                replay = _paired_first(replay, hoisted)
+            known = self._donating[(donate, pairs)] = (
+                jax.jit(replay, donate_argnums=(0,), keep_unused=True), hoisted)
         chosen = set(donate)
-        return jitted, [[leaf_arrays[i] for i in donate],
-                        [a for i, a in enumerate(leaf_arrays) if i not in chosen]]
+        return known[0], [[leaf_arrays[i] for i in donate],
+                          [a for i, a in enumerate(leaf_arrays) if i not in chosen]], known[1]
 
     def optimized_hlo(self) -> str:
         """XLA's optimized, partitioned HLO of the latest run (collectives are visible here)."""
@@ -163,7 +165,7 @@ class Program:
         leaves, vectors, donate, pairs = self._last_args
         abstract = [jax.ShapeDtypeStruct(shape, dtype, sharding=sharding)
                     for shape, dtype, sharding in leaves]
-        jitted, args = self._call(abstract, donate, pairs)
+        jitted, args, _ = self._call(abstract, donate, pairs)
         with warnings.catch_warnings():
             warnings.filterwarnings("ignore", message=NOT_USABLE)
             return jitted.lower(*args, *vectors).compile()

@@ -81,7 +81,7 @@ class CompiledStep:
                 else:
                     COUNTERS["step_replays"] += 1
                     self._last = plan
-                    return plan.write_back(run, tensors)
+                    return plan.write_back(run)
             COUNTERS[f"step_recaptures_{reason}"] += 1
         return self._capture(key, plan, args, kwargs, tensors)
 
@@ -117,7 +117,7 @@ class CompiledStep:
         plans = [p for p in (self._plans.get(key) or []) if p is not old]
         self._plans[key] = [plan] + plans[:_PLANS_PER_SIGNATURE - 1]
         self._last = plan
-        return plan.write_back(run, tensors)
+        return plan.write_back(run)
 
     @property
     def plans(self) -> int:

@@ -13,7 +13,7 @@ Example::
 
     plan = Plan(captured)
     run = plan(arg_tensors)                    # one jitted call, returning at once
-    result = plan.write_back(run, arg_tensors)  # outputs into the step's objects
+    result = plan.write_back(run)               # the call's arrays into the new values
 """
 
 from __future__ import annotations
@@ -79,7 +79,6 @@ class Plan:
             self.ids = tuple(range(len(jax.devices())))
         self.sources = list(captured.sources)
         self._layouts: list = [None] * len(self.sources)  # each input's layout, once placed
-        self.consts = {}
         self._scalars(graph)
         self.refs, self.sigs, self.flat_outputs = wiring.output_refs(captured)
         self.donated = wiring.donated_sources(captured, self.sources)
@@ -179,11 +178,11 @@ class Plan:
         return values
 
     def __call__(self, args: list[SpmdTensor], first: bool = False):
-        # The last call's inputs, spent (donated) or replaced by now, if no read has
-        # freed them yet (``execute.release_later``).
-        execute.release_spent()
         values = self.inputs(args, first)
         arrays = [v[0].arrays[v[1]] for v in values]
+        # What earlier runs consumed (this plan's last call, a program ``inputs`` ran), if
+        # no read has freed it yet: it must not count as a holder of any input.
+        execute.release_spent()
         flying = execute.in_flight_ids()
         exclusive = (donation.exclusive(values, arrays, self.donated, flying) if not first
                      else [False] * len(self.donated))
@@ -332,7 +331,7 @@ class Plan:
         if sources is not None:
             self.sources[:] = sources
 
-    def write_back(self, run: tuple, args: list[SpmdTensor]):
+    def write_back(self, run: tuple):
         """Finish the step from ``run`` (what ``__call__`` returned): the call's arrays
         into the new values; the call's result."""
         outputs, fills, fresh = run
