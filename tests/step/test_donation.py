@@ -91,6 +91,26 @@ def test_a_zero_copy_alias_of_a_parameter_keeps_its_value():
     assert not torch.equal(weight.detach().cpu(), expected)
 
 
+def test_a_view_of_a_parameter_read_between_steps_follows_its_updates():
+    # The view's value is computed at each read; the step then overwrites the parameter
+    # in its own buffer: the next read must see the new data, as on CPU.
+    def rows_per_step(device):
+        model = mlp(device)
+        opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+        step = train_step(model, opt)
+        if device != "cpu":
+            step = xs.compile(step)
+        row = model[0].weight.detach()[1]
+        rows = []
+        for x, y in batches(5):
+            step(x.to(device), y.to(device))
+            rows.append(row.cpu().clone())  # on CPU, .cpu() is the live view itself
+        return rows
+
+    for got, expected in zip(rows_per_step(DEVICE), rows_per_step("cpu")):
+        torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-6)
+
+
 def test_tensors_kept_from_earlier_steps_stay_readable():
     model, step, data = _trained(5)
     kept = []

@@ -120,6 +120,16 @@ class Plan:
         self._written = [(k, t[0], t[1]) for k, t in enumerate(targets)
                          if t[0] in ("storage", "arg")]
         self._slots = [(k, t[1]) for k, t in enumerate(targets) if t[0] == "place"]
+        # Per output: (source, position in ``donated``) of the storage it overwrites when
+        # the step reads that storage too, else None. When the storage's old value is
+        # held by nothing else (the buffer goes to the program), the call's output goes
+        # into that same value, and no graph node is made and dropped per state tensor.
+        read = {id(ref()): i for i, (kind, ref) in enumerate(self.sources) if kind == "storage"}
+        where = {i: k for k, i in enumerate(self.donated)}
+        self._reuse = []
+        for t, ref in zip(targets, self.refs):
+            i = read.get(id(t[1]())) if t[0] == "storage" and ref[0] == "out" else None
+            self._reuse.append((i, where[i]) if i in where else None)
         self.compiled = None
         self.memory = None  # XLA's memory analysis of the compiled program
 
@@ -201,7 +211,7 @@ class Plan:
             self.spares.shardings = self.spares.parameter_layouts(self._layout_of(placed))
         spare_arrays, recycled = (self.spares.take(first) if self.spares.shardings is not None
                                   else ([], 0))
-        fresh, fills = self._fresh(placed)
+        fresh, fills = self._fresh(placed, values, exclusive)
         vectors = self._vectors()
         if self.compiled is None:
             self._compile(donated, kept, spare_arrays, vectors)
@@ -227,8 +237,11 @@ class Plan:
         placed = []
         for i, a in enumerate(arrays):
             sharding = a.sharding
-            if sharding is not layouts[i] and (layouts[i] is None or sharding != layouts[i]):
-                a = placement.place(a, self.ids)
+            if sharding is not layouts[i]:
+                # Kept as the new object when equal: an output's layout object is the
+                # same on every call, so the next call compares identities only.
+                if layouts[i] is None or sharding != layouts[i]:
+                    a = placement.place(a, self.ids)
                 layouts[i] = a.sharding
             placed.append(a)
         return placed
@@ -272,14 +285,21 @@ class Plan:
         _EXECUTABLES[key] = (self.compiled, self.memory)
         COUNTERS["compile_time_s"] += time.perf_counter() - start
 
-    def _fresh(self, placed: list) -> tuple[list, list]:
+    def _fresh(self, placed: list, values: list, exclusive: list) -> tuple[list, list]:
         """For each output: its new value (the array filled in after the call, unless it is
         an input handed back unchanged) and, for a filled slot or a result, its new
         tensor; and where the call's outputs go (``(node.arrays, index, output)``). Built
         before the program starts: host work done while it runs competes with it for the
-        host's cores."""
+        host's cores. A storage whose old value only it holds keeps that value, with the
+        new array (see ``_reuse``)."""
         fresh, fills = [], []
-        for target, ref, sig in zip(self.captured.targets, self.refs, self.sigs):
+        for target, ref, sig, reuse in zip(self.captured.targets, self.refs, self.sigs,
+                                           self._reuse):
+            if reuse is not None and exclusive[reuse[1]]:
+                value = values[reuse[0]]
+                fills.append((value[0].arrays, value[1], ref[1]))
+                fresh.append((value, None))
+                continue
             node = Node(sig)
             arrays = node.arrays = [None] * len(sig.outputs)
             index = ref[2]

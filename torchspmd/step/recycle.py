@@ -20,6 +20,7 @@ Example::
 from __future__ import annotations
 
 import functools
+import math
 import sys
 import weakref
 
@@ -38,6 +39,10 @@ class Spares:
         self.places = places
         self.metas = metas
         self.shardings: list | None = None  # per slot, once compiled
+        # Per slot: the bytes of its buffer, and the last layout object found equal to its
+        # sharding (outputs carry the same object on every call: compared by identity).
+        self.nbytes = [math.prod(m.shape) * to_jax_dtype(m.dtype).itemsize for m in metas]
+        self._matched: list = [None] * len(places)
 
     def parameter_layouts(self, layout_of) -> list | None:
         """Each slot's parameter's layout (``layout_of(parameter)``: where the step reads
@@ -63,7 +68,7 @@ class Spares:
                 place.set(None)
                 missing.append(k)
             else:
-                recycled += array.nbytes
+                recycled += self.nbytes[k]
             arrays.append(array)
         if missing:  # one program makes them all
             blanks = _blanks(tuple((self.metas[k].shape, to_jax_dtype(self.metas[k].dtype),
@@ -90,7 +95,12 @@ class Spares:
                 or sys.getrefcount(node) > 3 or sys.getrefcount(array) > 3
                 or array.is_deleted() or shares_buffers(array)):
             return None
-        return array if array.sharding == self.shardings[k] else None
+        sharding = array.sharding
+        if sharding is not self._matched[k]:
+            if sharding != self.shardings[k]:
+                return None
+            self._matched[k] = sharding
+        return array
 
 
 @functools.lru_cache(maxsize=64)
