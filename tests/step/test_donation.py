@@ -140,6 +140,38 @@ def test_gradients_kept_from_each_step_hold_that_steps_values_as_on_cpu():
         torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-6)
 
 
+def test_a_gradient_saved_by_an_autograd_graph_keeps_its_value_as_on_cpu():
+    # Only the graph holds the old gradient (no Python reference): it is not recycled.
+    def saved_grad_after_steps(device):
+        model = mlp(device)
+        opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+        step = train_step(model, opt)
+        if device != "cpu":
+            step = xs.compile(step)
+        data = batches(5)
+        for x, y in data[:3]:
+            step(x.to(device), y.to(device))
+        scale = torch.ones(4, requires_grad=True, device=device)
+        total = (scale * model[2].bias.grad).sum()  # saves the gradient for backward
+        float(total)  # computed: only autograd's saved tensor holds the gradient now
+        for x, y in data[3:]:
+            step(x.to(device), y.to(device))
+        total.backward()
+        return scale.grad.cpu()
+
+    torch.testing.assert_close(saved_grad_after_steps(DEVICE), saved_grad_after_steps("cpu"),
+                               rtol=1e-5, atol=1e-6)
+
+
+def test_a_weakly_referenced_gradient_is_replaced_as_on_cpu():
+    model, step, data = _trained()
+    for x, y in data[:2]:
+        step(*on_device(x, y))
+    old = weakref.ref(model[0].weight.grad)
+    step(*on_device(*data[2]))
+    assert old() is None  # zero_grad() dropped it, as PyTorch does
+
+
 def test_a_step_that_returns_a_parameter_keeps_both_readable():
     w = torch.ones(3).to(DEVICE)
 

@@ -126,10 +126,16 @@ class Plan:
         # into that same value, and no graph node is made and dropped per state tensor.
         read = {id(ref()): i for i, (kind, ref) in enumerate(self.sources) if kind == "storage"}
         where = {i: k for k, i in enumerate(self.donated)}
+        # A ``.grad`` slot whose old gradient only it holds keeps that tensor the same
+        # way (``Spares.take``). Per output: ("storage", source, position), ("grad",
+        # spare) or None.
+        spare_of = {j: k for k, j in enumerate(spare)}
         self._reuse = []
-        for t, ref in zip(targets, self.refs):
+        for j, (t, ref) in enumerate(zip(targets, self.refs)):
             i = read.get(id(t[1]())) if t[0] == "storage" and ref[0] == "out" else None
-            self._reuse.append((i, where[i]) if i in where else None)
+            self._reuse.append(("storage", i, where[i]) if i in where else
+                               ("grad", spare_of[j]) if j in spare_of and t[2] == (False, SpmdTensor)
+                               else None)
         self.compiled = None
         self.memory = None  # XLA's memory analysis of the compiled program
 
@@ -209,9 +215,9 @@ class Plan:
                 place.set(None)
         if self.compiled is None and self.spares.places:
             self.spares.shardings = self.spares.parameter_layouts(self._layout_of(placed))
-        spare_arrays, recycled = (self.spares.take(first) if self.spares.shardings is not None
-                                  else ([], 0))
-        fresh, fills = self._fresh(placed, values, exclusive)
+        spare_arrays, recycled, grads = (self.spares.take(first)
+                                         if self.spares.shardings is not None else ([], 0, []))
+        fresh, fills = self._fresh(placed, values, exclusive, grads)
         vectors = self._vectors()
         if self.compiled is None:
             self._compile(donated, kept, spare_arrays, vectors)
@@ -285,21 +291,30 @@ class Plan:
         _EXECUTABLES[key] = (self.compiled, self.memory)
         COUNTERS["compile_time_s"] += time.perf_counter() - start
 
-    def _fresh(self, placed: list, values: list, exclusive: list) -> tuple[list, list]:
+    def _fresh(self, placed: list, values: list, exclusive: list,
+               grads: list) -> tuple[list, list]:
         """For each output: its new value (the array filled in after the call, unless it is
         an input handed back unchanged) and, for a filled slot or a result, its new
         tensor; and where the call's outputs go (``(node.arrays, index, output)``). Built
         before the program starts: host work done while it runs competes with it for the
-        host's cores. A storage whose old value only it holds keeps that value, with the
-        new array (see ``_reuse``)."""
+        host's cores. A storage whose old value only it holds keeps that value, and a
+        gradient only its slot holds stays, with the new array (see ``_reuse``)."""
         fresh, fills = [], []
         for target, ref, sig, reuse in zip(self.captured.targets, self.refs, self.sigs,
                                            self._reuse):
-            if reuse is not None and exclusive[reuse[1]]:
-                value = values[reuse[0]]
-                fills.append((value[0].arrays, value[1], ref[1]))
-                fresh.append((value, None))
-                continue
+            if reuse is not None:
+                if reuse[0] == "storage":
+                    if exclusive[reuse[2]]:
+                        value = values[reuse[1]]
+                        fills.append((value[0].arrays, value[1], ref[1]))
+                        fresh.append((value, None))
+                        continue
+                elif grads and grads[reuse[1]] is not None:
+                    tensor = grads[reuse[1]]
+                    value = tensor._h.storage.value
+                    fills.append((value[0].arrays, value[1], ref[1]))
+                    fresh.append((value, tensor))
+                    continue
             node = Node(sig)
             arrays = node.arrays = [None] * len(sig.outputs)
             index = ref[2]
@@ -332,8 +347,9 @@ class Plan:
         for storage, (i, _, _) in zip(storages, self._written):
             storage.set(fresh[i][0])
         slots = [place.get() for _, place in self._slots]
-        for i, place in self._slots:
-            place.set(fresh[i][1])
+        for (i, place), tensor in zip(self._slots, slots):
+            if fresh[i][1] is not tensor:
+                place.set(fresh[i][1])
         sources = None
         if self.captured.substitutions:  # later calls read the slots' new tensors
             sources = list(self.sources)

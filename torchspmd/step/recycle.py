@@ -14,7 +14,7 @@ Example::
 
     spares = Spares(places, metas)          # the step's refilled ``.grad`` slots
     spares.shardings = spares.parameter_layouts(layout_of)   # at the first compile
-    arrays, recycled = spares.take()         # the old gradients (slots emptied)
+    arrays, recycled, kept = spares.take(first=False)   # the old gradients' buffers
 """
 
 from __future__ import annotations
@@ -58,12 +58,17 @@ class Spares:
             found.append(layout)
         return found
 
-    def take(self, first: bool) -> tuple[list, int]:
-        """Empty the slots; their old gradients' arrays where nothing else holds them,
-        else fresh buffers; and how many bytes were recycled."""
+    def take(self, first: bool) -> tuple[list, int, list]:
+        """Their old gradients' arrays where nothing else holds them, else fresh buffers;
+        how many bytes were recycled; and per slot, the old gradient tensor if only its
+        slot holds it (it stays there and takes the new value), else None (the slot is
+        emptied)."""
         arrays, recycled, missing = [], 0, []
+        reused = [None] * len(self.places)
         for k, place in enumerate(self.places):
-            array = None if first else self._old(place, k)
+            array = None
+            if not first:
+                array, reused[k] = self._old(place, k)
             if array is None:
                 place.set(None)
                 missing.append(k)
@@ -75,32 +80,53 @@ class Spares:
                                     self.shardings[k]) for k in missing))()
             for k, blank in zip(missing, blanks):
                 arrays[k] = blank
-        return arrays, recycled
+        return arrays, recycled, reused
 
-    def _old(self, place, k: int):
-        """The old gradient's array if only its slot holds it (the slot is emptied)."""
+    def _old(self, place, k: int) -> tuple:
+        """The old gradient's array if only its slot holds it, and the gradient itself if
+        it can stay in its slot (None: the slot is emptied)."""
+        getrefcount = sys.getrefcount
         old = place.get()
-        if not isinstance(old, SpmdTensor) or old._h.view:
-            return None
-        value = old._h.storage.value
+        if type(old) is not SpmdTensor or old._h.view:
+            return None, None
+        handle = old._h
+        storage = handle.storage
+        value = storage.value
         node = value[0]
         array = node.arrays[value[1]] if node.arrays is not None else None
+        if array is None or array.is_deleted() or not self._fits(array, k):
+            return None, None
+        # Held by the slot alone (no other Python reference, weak reference or C++
+        # holder such as a graph that saved it for backward): the tensor is kept and
+        # its storage takes the new value, instead of a tensor dropped and one made.
+        # References: to the tensor, its ``use_count`` from the slot and its Python
+        # object, then the object's owner, this local and getrefcount's; to the
+        # handle, storage, value, node and array, their one holder, this local and
+        # getrefcount's.
+        if (old._use_count() == 2 and getrefcount(old) == 3 and not weakref.getweakrefcount(old)
+                and getrefcount(handle) == 3 and getrefcount(storage) == 3
+                and getrefcount(value) == 3 and getrefcount(node) == 3
+                and getrefcount(array) == 3 and not shares_buffers(array)):
+            return array, old
         alive = weakref.ref(old)
         place.set(None)
-        del old
+        del old, handle, storage
         # Expected references once the tensor is gone: to the value tuple, this local and
         # getrefcount's; to the node, the tuple, this local and getrefcount's; to the
         # array, ``node.arrays``, this local and getrefcount's.
-        if (array is None or alive() is not None or sys.getrefcount(value) > 2
-                or sys.getrefcount(node) > 3 or sys.getrefcount(array) > 3
-                or array.is_deleted() or shares_buffers(array)):
-            return None
+        if (alive() is not None or getrefcount(value) > 2 or getrefcount(node) > 3
+                or getrefcount(array) > 3 or shares_buffers(array)):
+            return None, None
+        return array, None
+
+    def _fits(self, array, k: int) -> bool:
+        """Whether ``array`` has the layout slot ``k``'s new gradient is given."""
         sharding = array.sharding
         if sharding is not self._matched[k]:
             if sharding != self.shardings[k]:
-                return None
+                return False
             self._matched[k] = sharding
-        return array
+        return True
 
 
 @functools.lru_cache(maxsize=64)
