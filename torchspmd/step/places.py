@@ -14,6 +14,7 @@ Example::
 
 from __future__ import annotations
 
+import functools
 import types
 from dataclasses import dataclass, field
 from typing import Any, Callable
@@ -42,6 +43,14 @@ class Place:
             return self.container.get(self.key) if isinstance(self.container, dict) else \
                 self.container[self.key]
         return getattr(self.container, self.key, None)
+
+    def getter(self) -> Callable[[], Any]:
+        """``get`` as a callable without a Python frame, for loops over many places."""
+        if self.item and type(self.container) is dict:
+            return functools.partial(dict.get, self.container, self.key)
+        if not self.item:
+            return functools.partial(getattr, self.container, self.key, None)
+        return self.get
 
     def set(self, value) -> None:
         if self.item:

@@ -138,6 +138,10 @@ class Plan:
                                else None)
         self.compiled = None
         self.memory = None  # XLA's memory analysis of the compiled program
+        self._empty_getters = [place.getter() for place in captured.empty_places]
+        self._source_getters = [(i, place.getter()) for i, place in
+                                captured.source_places.items()]
+        self._placed_vectors = None  # the scalar inputs on the devices, while they repeat
 
     # --- built once ---------------------------------------------------------------------
 
@@ -163,12 +167,13 @@ class Plan:
         """Whether the state is as this plan expects: every slot it fills empty, every
         slot it reads holding the tensor it read (else the step must be captured again)."""
         optim.prepare(self.captured.optimizers)  # a float lr set by hand -> device scalar
-        for place in self.captured.empty_places:
-            if place.get() is not None:
+        for get in self._empty_getters:
+            if get() is not None:
                 return False
-        for index, place in self.captured.source_places.items():
-            t = place.get()
-            if not isinstance(t, SpmdTensor) or t._h.storage is not self.sources[index][1]():
+        sources = self.sources
+        for index, get in self._source_getters:
+            t = get()
+            if not isinstance(t, SpmdTensor) or t._h.storage is not sources[index][1]():
                 return False
         return True
 
@@ -265,13 +270,18 @@ class Plan:
     def _vectors(self) -> list:
         """The scalar inputs of this call, with fresh seeds; kept on the devices between
         calls while their values repeat (``Program.placed_vectors``)."""
+        if self._placed_vectors is not None:  # no seeds: the same values every call
+            return self._placed_vectors
         ints = self.vectors[int]
         if self.seed_slots:
             ints = ints.copy()
             for slot in self.seed_slots:
                 ints[slot] = rng.next_seed()
-        return self.program.placed_vectors([self.vectors[float], ints, self.vectors[bool]],
-                                           self.ids)
+        placed = self.program.placed_vectors([self.vectors[float], ints, self.vectors[bool]],
+                                             self.ids)
+        if not self.seed_slots:
+            self._placed_vectors = placed
+        return placed
 
     def _compile(self, donated, kept, spare_arrays, vectors) -> None:
         layout = tuple((a.shape, a.dtype, a.sharding) for a in (*donated, *kept, *spare_arrays))

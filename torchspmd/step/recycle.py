@@ -43,6 +43,7 @@ class Spares:
         # sharding (outputs carry the same object on every call: compared by identity).
         self.nbytes = [math.prod(m.shape) * to_jax_dtype(m.dtype).itemsize for m in metas]
         self._matched: list = [None] * len(places)
+        self._getters = [place.getter() for place in places]
 
     def parameter_layouts(self, layout_of) -> list | None:
         """Each slot's parameter's layout (``layout_of(parameter)``: where the step reads
@@ -68,7 +69,7 @@ class Spares:
         for k, place in enumerate(self.places):
             array = None
             if not first:
-                array, reused[k] = self._old(place, k)
+                array, reused[k] = self._old(place, self._getters[k], k)
             if array is None:
                 place.set(None)
                 missing.append(k)
@@ -82,11 +83,11 @@ class Spares:
                 arrays[k] = blank
         return arrays, recycled, reused
 
-    def _old(self, place, k: int) -> tuple:
+    def _old(self, place, get, k: int) -> tuple:
         """The old gradient's array if only its slot holds it, and the gradient itself if
         it can stay in its slot (None: the slot is emptied)."""
         getrefcount = sys.getrefcount
-        old = place.get()
+        old = get()
         if type(old) is not SpmdTensor or old._h.view:
             return None, None
         handle = old._h
