@@ -8,7 +8,10 @@ Donated instead, the buffer is written in place. For that the old gradient must 
 layout the program was compiled for: the program constrains each new gradient to its
 parameter's layout (where the partitioner puts it anyway), so each call's gradients are
 the next call's spares. A gradient that anything else still holds (kept from an earlier
-step, a view of it) is never donated: a fresh buffer of that layout goes instead.
+step, a view of it) is never donated: a fresh buffer of that layout goes instead. A
+gradient nothing but its slot holds even stays in the slot and takes the new value: no
+one can tell it from a new tensor, and making and dropping one per parameter per call
+is host time before the launch.
 
 Example::
 
@@ -88,7 +91,7 @@ class Spares:
         it can stay in its slot (None: the slot is emptied)."""
         getrefcount = sys.getrefcount
         old = get()
-        if type(old) is not SpmdTensor or old._h.view:
+        if not isinstance(old, SpmdTensor) or old._h.view:
             return None, None
         handle = old._h
         storage = handle.storage
@@ -98,13 +101,15 @@ class Spares:
         if array is None or array.is_deleted() or not self._fits(array, k):
             return None, None
         # Held by the slot alone (no other Python reference, weak reference or C++
-        # holder such as a graph that saved it for backward): the tensor is kept and
-        # its storage takes the new value, instead of a tensor dropped and one made.
+        # holder such as a graph that saved it for backward), and what a new gradient
+        # would be (a plain tensor, no grad): the tensor is kept and its storage takes
+        # the new value, instead of a tensor dropped and one made.
         # References: to the tensor, its ``use_count`` from the slot and its Python
         # object, then the object's owner, this local and getrefcount's; to the
         # handle, storage, value, node and array, their one holder, this local and
         # getrefcount's.
-        if (old._use_count() == 2 and getrefcount(old) == 3 and not weakref.getweakrefcount(old)
+        if (type(old) is SpmdTensor and not old.requires_grad and old._use_count() == 2
+                and getrefcount(old) == 3 and not weakref.getweakrefcount(old)
                 and getrefcount(handle) == 3 and getrefcount(storage) == 3
                 and getrefcount(value) == 3 and getrefcount(node) == 3
                 and getrefcount(array) == 3 and not shares_buffers(array)):
