@@ -139,6 +139,7 @@ class Plan:
         self.compiled = None
         self.memory = None  # XLA's memory analysis of the compiled program
         self._empty_getters = [place.getter() for place in captured.empty_places]
+        self._slot_getters = [place.getter() for _, place in self._slots]
         self._source_getters = [(i, place.getter()) for i, place in
                                 captured.source_places.items()]
         self._placed_vectors = None  # the scalar inputs on the devices, while they repeat
@@ -354,9 +355,13 @@ class Plan:
         storages = [ref() if kind == "storage" else args[ref]._h.storage
                     for _, kind, ref in self._written]
         held = [storage.value for storage in storages]
-        for storage, (i, _, _) in zip(storages, self._written):
-            storage.set(fresh[i][0])
-        slots = [place.get() for _, place in self._slots]
+        for storage, (i, _, _), value in zip(storages, self._written, held):
+            new = fresh[i][0]
+            if new is value:  # kept (``_reuse``): views derived from it must re-derive
+                storage.version += 1
+            else:
+                storage.set(new)
+        slots = [get() for get in self._slot_getters]
         for (i, place), tensor in zip(self._slots, slots):
             if fresh[i][1] is not tensor:
                 place.set(fresh[i][1])
