@@ -24,7 +24,8 @@ def check_device_index(device) -> None:
     """
     if device is None:
         return
-    device = torch.device(device)
+    if type(device) is not torch.device:  # every x.to(device) allocates through here
+        device = torch.device(device)
     if device.type == DEVICE.type and device.index not in (None, 0):
         from torchspmd.jax_setup import devices  # the physical devices (for the message)
 
