@@ -24,7 +24,7 @@ from torchspmd.lazy.node import TENSOR, Node
 from torchspmd.lazy.record import meta_of, record, record_unary
 from torchspmd.lazy.schema import functional_variant, op_schema
 from torchspmd.lazy.shapes import signature
-from torchspmd.lazy.views import IDENTITY_OPS, view_step
+from torchspmd.lazy.views import IDENTITY_IDS, view_step
 from torchspmd.lowering.annotations import SHARDING_CONSTRAINT
 from torchspmd.runtime.metrics import COUNTERS
 
@@ -208,7 +208,7 @@ def _assign(target, value) -> None:
     storage = handle.storage
     old = storage.value
     node = old[0]
-    if node.arrays is None and node.host is None and node.sig.op in IDENTITY_OPS:
+    if node.arrays is None and node.host is None and id(node.sig.op) in IDENTITY_IDS:
         old = peel(old)
     sharding = annotation(old)
     if sharding is not None and annotation(value) is not sharding:
