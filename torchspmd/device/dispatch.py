@@ -16,7 +16,8 @@ import torch
 from torchspmd.device import bounds, host, resize
 from torchspmd.device.recording import (_PLANS, SPECIAL, _decompose, _flatten, _host_value,
                                         _identity_view, _plan, _record, _record_flat,
-                                        _shape_result, _unsupported, _views, _wrap)
+                                        _record_view, _shape_result, _unsupported, _views,
+                                        _wrap)
 from torchspmd.device.tensor import SpmdTensor
 from torchspmd.lazy.annotation import annotation, peel, sharded_value
 from torchspmd.lazy.handle import Handle, unkept
@@ -24,7 +25,7 @@ from torchspmd.lazy.node import TENSOR, Node
 from torchspmd.lazy.record import meta_of, record, record_unary
 from torchspmd.lazy.schema import functional_variant, op_schema
 from torchspmd.lazy.shapes import signature
-from torchspmd.lazy.views import IDENTITY_OPS, view_step
+from torchspmd.lazy.views import IDENTITY_IDS, view_step
 from torchspmd.lowering.annotations import SHARDING_CONSTRAINT
 from torchspmd.runtime.metrics import COUNTERS
 
@@ -54,6 +55,8 @@ def dispatch(func, args: tuple, kwargs: dict):
         result = _mutate(func, plan.schema, args, kwargs)
     elif plan.identity and (not args[0]._h.view or args[0]._h.identity):
         result = _identity_view(func, args)
+    elif plan.plain_view and not kwargs and type(args[0]) is SpmdTensor:
+        result = _views(func, args, _record_view(func, plan, args), plan)
     elif plan.lowered:
         node = _record_flat(func, plan, _flatten(plan, args, kwargs))
         if plan.view:
@@ -208,7 +211,7 @@ def _assign(target, value) -> None:
     storage = handle.storage
     old = storage.value
     node = old[0]
-    if node.arrays is None and node.host is None and node.sig.op in IDENTITY_OPS:
+    if node.arrays is None and node.host is None and id(node.sig.op) in IDENTITY_IDS:
         old = peel(old)
     sharding = annotation(old)
     if sharding is not None and annotation(value) is not sharding:

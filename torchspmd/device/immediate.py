@@ -45,8 +45,9 @@ def _copy_(dst, src, non_blocking=False):
     if isinstance(src, SpmdTensor):
         value = unannotated(src._h.value())  # dst keeps its own annotation, not src's
     else:
-        src = src.to(dtype=dst.dtype).expand(dst.shape).contiguous()
-        value = _host_value(src)
+        if src.dtype != dst.dtype or src.shape != dst.shape:  # else x.to(device): as it is
+            src = src.to(dtype=dst.dtype).expand(dst.shape)
+        value = _host_value(src)  # a contiguous copy
     _assign(dst, value)
     return dst
 

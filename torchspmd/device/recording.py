@@ -54,7 +54,7 @@ class _Plan:
     """
 
     __slots__ = ("func", "special", "data_dependent", "schema", "lowered", "random", "kinds",
-                 "keyword", "form", "identity", "inplace_view", "mutating", "view")
+                 "keyword", "form", "identity", "inplace_view", "mutating", "view", "plain_view")
 
     def __init__(self, func):
         self.func = func
@@ -71,6 +71,11 @@ class _Plan:
         self.inplace_view = self.schema.is_inplace_view
         self.mutating = self.schema.is_mutating
         self.view = self.schema.is_view
+        # A one-output view op whose other arguments are all static (view, t, transpose,
+        # select, slice...): a step's most common op, recorded by ``_record_view``.
+        self.plain_view = (self.view and self.lowered and not self.random and self.form == "single"
+                           and bool(self.kinds) and self.kinds[0] == KIND_TENSOR
+                           and all(k == STATIC for k in self.kinds[1:]))
 
 
 _PLANS: dict[int, _Plan] = {}
@@ -95,6 +100,26 @@ def _record_flat(func, plan: _Plan, flat) -> Node:
         scalars.append(rng.next_seed())
     COUNTERS["ops_traced"] += 1
     return record(func, template, kw_template, tuple(inputs), tuple(metas), tuple(scalars))
+
+
+def _record_view(func, plan: _Plan, args) -> Node:
+    """``_record_flat(func, plan, _flatten(plan, args, {}))`` for a ``plan.plain_view`` op
+    whose input is an spmd tensor, without the general flattening: the same template and
+    node (a tensor given for a static argument takes the general path)."""
+    if len(args) == 1:
+        template = _SELF
+    else:
+        rest = args[1:]
+        for a in rest:
+            if isinstance(a, torch.Tensor):
+                return _record_flat(func, plan, _flatten(plan, args, {}))
+        template = (TENSOR, *[freeze(a) for a in rest])
+    handle = args[0]._h
+    COUNTERS["ops_traced"] += 1
+    return record(func, template, (), (_value(handle, _RECORDING[0] is None),), (handle.meta,))
+
+
+_SELF = (TENSOR,)
 
 
 def _flatten(plan: _Plan, args, kwargs):
@@ -214,7 +239,20 @@ def _identity_view(func, args):
     shows its value (no node: the graph would compute and return the same data twice)."""
     base = args[0]._h
     base.value()  # a read, for torchspmd.compile's record of the storages a step touches
-    return SpmdTensor(base.viewed(view_step(func, tuple(args[1:])), None, base.meta))
+    known = _IDENTITY_STEPS.get(id(func)) if len(args) == 1 else None
+    if known is not None and known[0] is func:
+        step = known[1]
+    else:
+        step = view_step(func, tuple(args[1:]))
+        if len(args) == 1:
+            _IDENTITY_STEPS[id(func)] = (func, step)
+    return SpmdTensor(base.viewed(step, None, base.meta))
+
+
+# id(identity op) -> (op, its argument-free view step): detach (autograd's every gradient,
+# ``nn.Parameter``) finds it without building the key ``view_step`` looks up (ops are
+# singletons, found by ``id``: hashing an OpOverload runs Python code).
+_IDENTITY_STEPS: dict[int, tuple] = {}
 
 
 def _host_value(t: torch.Tensor) -> tuple[Node, int]:

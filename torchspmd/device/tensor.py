@@ -14,6 +14,7 @@ from torchspmd.lazy.handle import Handle
 
 DEVICE = torch.device("spmd", 0)
 RESIZABLE_BYTES = 1 << 50
+_MAKE = torch.Tensor._make_wrapper_subclass
 
 
 def check_device_index(device) -> None:
@@ -24,7 +25,8 @@ def check_device_index(device) -> None:
     """
     if device is None:
         return
-    device = torch.device(device)
+    if type(device) is not torch.device:  # every x.to(device) allocates through here
+        device = torch.device(device)
     if device.type == DEVICE.type and device.index not in (None, 0):
         from torchspmd.jax_setup import devices  # the physical devices (for the message)
 
@@ -51,10 +53,12 @@ class SpmdTensor(torch.Tensor):
         meta = handle.meta
         # The wrapper's storage holds no data; a resizable one (from ``empty``, which
         # ``out=`` ops may resize) claims room for any size so as_strided_ can grow it.
-        extra = {"storage_size": RESIZABLE_BYTES} if resizable else {}
-        t = torch.Tensor._make_wrapper_subclass(
-            cls, meta.shape, strides=meta.stride, dtype=meta.dtype, device=DEVICE,
-            requires_grad=requires_grad, **extra)
+        if resizable:
+            t = _MAKE(cls, meta.shape, strides=meta.stride, dtype=meta.dtype, device=DEVICE,
+                      requires_grad=requires_grad, storage_size=RESIZABLE_BYTES)
+        else:  # every op's result: no keyword dict to build and unpack
+            t = _MAKE(cls, meta.shape, strides=meta.stride, dtype=meta.dtype, device=DEVICE,
+                      requires_grad=requires_grad)
         t._h = handle
         return t
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 from torchspmd.lazy.handle import Handle
 from torchspmd.lazy.node import Node
 from torchspmd.lazy.record import leaf_signature, meta_of, record_unary
-from torchspmd.lazy.views import IDENTITY_OPS
+from torchspmd.lazy.views import IDENTITY_IDS, IDENTITY_OPS
 from torchspmd.lowering.annotations import SHARDING_CONSTRAINT
 
 __all__ = ["IDENTITY_OPS", "peel", "sharded_value", "annotation", "unannotated", "plain_leaf",
@@ -21,7 +21,7 @@ def peel(value: tuple[Node, int]) -> tuple[Node, int]:
     """``value`` without pending identity views on top (``detach(x)`` is ``x``)."""
     node = value[0]
     # Not ``is_leaf``: a property call on the hot path of every in-place op.
-    while node.arrays is None and node.host is None and node.sig.op in IDENTITY_OPS:
+    while node.arrays is None and node.host is None and id(node.sig.op) in IDENTITY_IDS:
         value = node.inputs[0]
         node = value[0]
     return value

@@ -14,7 +14,7 @@ from torchspmd.lazy.node import Node, TensorMeta
 from torchspmd.lazy.record import record_unary
 from torchspmd.lazy.registry import WeakRegistry
 from torchspmd.lowering.annotations import SHARDING_CONSTRAINT
-from torchspmd.lazy.views import IDENTITY_OPS, derive, write_back
+from torchspmd.lazy.views import IDENTITY_IDS, derive, write_back
 
 # Storages whose value is still a pending graph, and views whose derived value is:
 # ``sync()`` computes exactly these. The design's live-handle registry; weak, so a
@@ -28,7 +28,7 @@ _EPOCH = provenance.EPOCH
 class Storage:
     """The current value of a base tensor, shared by the base and all its views."""
 
-    __slots__ = ("value", "meta", "version", "origin", "kept", "__weakref__")
+    __slots__ = ("value", "meta", "version", "origin", "kept", "listed", "__weakref__")
 
     def __init__(self, value: tuple[Node, int], meta: TensorMeta):
         self.meta = meta
@@ -40,8 +40,12 @@ class Storage:
         # A sharding constraint an in-place op added to keep the storage's annotation
         # (see ``unkept``); meaningful only while it is still ``value``.
         self.kept = None
-        if not value[0].is_leaf:
+        # The PENDING generation this storage was last added in (see ``set``).
+        self.listed = -1
+        node = value[0]
+        if node.arrays is None and node.host is None:  # not ``is_leaf``: a call per op
             PENDING.add(self)
+            self.listed = PENDING.generation
         if _RECORDING[0] is not None:
             provenance.created(self)
 
@@ -54,8 +58,11 @@ class Storage:
         self.value = value
         self.version += 1
         node = value[0]
-        if node.arrays is None and node.host is None:  # not ``is_leaf``: a call per write
+        # Not ``is_leaf``: a call per write. A storage added since the registry was last
+        # emptied is still in it (it lives): an optimizer's later writes add nothing.
+        if node.arrays is None and node.host is None and self.listed != PENDING.generation:
             PENDING.add(self)
+            self.listed = PENDING.generation
 
 
 def unkept(storage: Storage):
@@ -98,8 +105,8 @@ class Handle:
     def _cache(self, value) -> None:
         self._cached = value
         self._cached_epoch = _EPOCH[0]
-        if value is not None and not value[0].is_leaf:
-            PENDING_VIEWS.add(self)
+        if value is not None and value[0].arrays is None and value[0].host is None:
+            PENDING_VIEWS.add(self)  # pending (``is_leaf`` inline: a call per view op)
 
     def pending_view_value(self):
         """This view's derived value if it is current and still to be computed, else None."""
@@ -155,6 +162,6 @@ class Handle:
         An identity view (``detach()``) of a base or of an identity view shows the
         storage's value itself: ``value`` is not kept (it may be ``None``).
         """
-        if (not self.view or self.identity) and step.op in IDENTITY_OPS:
+        if (not self.view or self.identity) and id(step.op) in IDENTITY_IDS:
             return Handle(self.storage, meta, self.view + (step,), identity=True)
         return Handle(self.storage, meta, self.view + (step,), value)

@@ -23,13 +23,17 @@ class WeakRegistry:
         list(pending)   # [storage] while it lives, [] once it is gone
     """
 
-    __slots__ = ("_refs", "_limit")
+    __slots__ = ("_refs", "_limit", "generation")
 
     _MIN_LIMIT = 4096
 
     def __init__(self):
         self._refs: dict[int, weakref.ref] = {}
         self._limit = self._MIN_LIMIT
+        # Grows whenever the registry is emptied: a member that noted the generation it
+        # was added in is still a member while that is the current one (``Storage.set``
+        # skips adding again what it added since the last ``sync()``).
+        self.generation = 0
 
     def add(self, obj) -> None:
         refs = self._refs
@@ -59,6 +63,7 @@ class WeakRegistry:
     def clear(self) -> None:
         self._refs.clear()
         self._limit = self._MIN_LIMIT
+        self.generation += 1
 
     def __iter__(self) -> Iterator:
         for ref in list(self._refs.values()):

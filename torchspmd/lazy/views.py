@@ -27,6 +27,9 @@ from torchspmd.lazy.record import freeze, meta_of, record, record_binary, record
 aten = torch.ops.aten
 # Views whose value is their input's (same shape, strides and data).
 IDENTITY_OPS = frozenset({aten.detach.default, aten.alias.default, aten.lift_fresh.default})
+# The same ops by ``id``: ``op in IDENTITY_OPS`` hashes an OpOverload through Python code,
+# and the in-place and view paths ask it for every write and view (ops are singletons).
+IDENTITY_IDS = frozenset(map(id, IDENTITY_OPS))
 
 
 @dataclass(frozen=True)

@@ -285,14 +285,18 @@ def _paired_outputs(graph, donate: tuple[int, ...], successors: dict | None) -> 
     read, and XLA copies the parameter first)."""
     if not donate or not successors:
         return ()
-    where = {(id(root), out): (r, k)
-             for r, (root, outs) in enumerate(zip(graph.roots, graph.wanted))
-             for k, out in enumerate(outs)}
+    # Roots by position (nodes hash by identity, in C); most roots have one output wanted.
+    where = {root: r for r, root in enumerate(graph.roots)}
+    wanted, leaves = graph.wanted, graph.leaves
     pairs, taken = [], set()
     for position in donate:
-        leaf, index = graph.leaves[position]
+        leaf, index = leaves[position]
         successor = successors.get((leaf.seq, index))
-        pair = None if successor is None else where.get((id(successor[0]), successor[1]))
+        pair = None
+        if successor is not None:
+            r = where.get(successor[0])
+            if r is not None and successor[1] in wanted[r]:
+                pair = (r, wanted[r].index(successor[1]))
         if pair is not None and pair not in taken and leaf.sig is not None and \
                 leaf.sig.outputs[index][::2] == successor[0].sig.outputs[successor[1]][::2]:
             taken.add(pair)
@@ -352,14 +356,13 @@ def _as_last_time(graph, known: tuple) -> list[jax.Array] | None:
     """The graph's input arrays if each has the layout ``known`` recorded for its position
     (then each enters the program as it is, on the same devices), else None."""
     shardings, _, annotations = known
-    # Host data is uploaded as it is annotated: only with last time's annotations does
-    # it take last time's layouts (else placement must see the annotations themselves).
-    for position, (leaf, _) in enumerate(graph.leaves):
-        if leaf.host is not None and leaf.sharding is not annotations[position]:
-            return None
     inputs = []
     for position, (leaf, index) in enumerate(graph.leaves):
         if leaf.host is not None:
+            # Host data is uploaded as it is annotated: only with last time's annotation
+            # does it take last time's layout (else placement must see the annotation).
+            if leaf.sharding is not annotations[position]:
+                return None
             upload_leaf(leaf)
         array = leaf.arrays[index]
         if array is None or type(array) is _Failed or array.sharding is not shardings[position]:

@@ -82,8 +82,7 @@ class Program:
                    for positions, dt in zip(self.vector_positions, _VECTOR_DTYPES)]
         vectors = self.placed_vectors(vectors, ids)
         # Layouts only: holding the arrays would keep last step's buffers alive.
-        self._last_args = ([(a.shape, a.dtype, a.sharding) for a in leaf_arrays], vectors,
-                           donate, pairs)
+        self._last_args = ([(a.aval, a.sharding) for a in leaf_arrays], vectors, donate, pairs)
         jitted, args, hoisted = self._call(leaf_arrays, donate, pairs)
         del leaf_arrays
         start = time.perf_counter()
@@ -96,7 +95,12 @@ class Program:
                 compiled = jitted.lower(*args, *vectors).compile()
                 COUNTERS["compile_cpu_s"] += time.process_time() - cpu
                 check_fits(compiled, graph)
-            outputs = jitted(*args, *vectors)
+            _count_run(graph)
+            try:
+                outputs = jitted(*args, *vectors)
+            except BaseException:
+                COUNTERS["executions"] -= 1
+                raise
         if hoisted:  # the outputs listed first go back to their groups
             first_outputs, outputs = outputs
             for (r, k), array in zip(hoisted, first_outputs):
@@ -107,13 +111,6 @@ class Program:
             else:
                 self.compiled_once = True
             COUNTERS["compile_time_s"] += time.perf_counter() - start
-        COUNTERS["executions"] += 1
-        COUNTERS["ops_executed"] += len(graph.nodes)
-        rerun = 0
-        for node in graph.nodes:  # intermediates not kept are computed again if read later
-            rerun += node.ran
-            node.ran = True
-        COUNTERS["ops_rerun"] += rerun
         return outputs
 
     def placed_vectors(self, vectors: list[np.ndarray], ids: tuple[int, ...] | None) -> list:
@@ -163,8 +160,8 @@ class Program:
 
     def _compiled(self):
         leaves, vectors, donate, pairs = self._last_args
-        abstract = [jax.ShapeDtypeStruct(shape, dtype, sharding=sharding)
-                    for shape, dtype, sharding in leaves]
+        abstract = [jax.ShapeDtypeStruct(aval.shape, aval.dtype, sharding=sharding)
+                    for aval, sharding in leaves]
         jitted, args, _ = self._call(abstract, donate, pairs)
         with warnings.catch_warnings():
             warnings.filterwarnings("ignore", message=NOT_USABLE)
@@ -189,6 +186,19 @@ class Program:
                 continue
             values[i] = _lower(sig, [operand(c) for c in operands], step_scalars[i])
         return [[values[p][i] for i in outs] for p, outs in self.roots]
+
+
+def _count_run(graph: Graph) -> None:
+    """Count a run of ``graph`` before it is launched: once it runs, the program takes the
+    host's cores, and whatever the host still does until ``sync()`` returns waits for one
+    (on CPU devices; a launch then costs the host a scheduler time slice, ~4 ms)."""
+    COUNTERS["executions"] += 1
+    COUNTERS["ops_executed"] += len(graph.nodes)
+    rerun = 0
+    for node in graph.nodes:  # intermediates not kept are computed again if read later
+        rerun += node.ran
+        node.ran = True
+    COUNTERS["ops_rerun"] += rerun
 
 
 def _replicated_copy(vector: np.ndarray, sharding) -> jax.Array:

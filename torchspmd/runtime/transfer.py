@@ -62,10 +62,43 @@ def upload(host: np.ndarray, sharding: jax.sharding.Sharding | None = None) -> j
     devices (``placement_for``).
     """
     placed = replicated() if sharding is None else placement_for(sharding, host.shape)
-    array = jax.make_array_from_callback(host.shape, placed,
-                                         lambda index: np.asarray(host[index]), dtype=host.dtype)
+    if _BATCHED_PUT is not None and host.dtype.kind in "biufc":
+        array = _put_shards(host, placed)
+    else:
+        array = jax.make_array_from_callback(host.shape, placed,
+                                             lambda index: np.asarray(host[index]), dtype=host.dtype)
     COUNTERS["bytes_to_device"] += _bytes_on_devices(array)
     return array
+
+
+def _put_shards(host: np.ndarray, sharding: jax.sharding.Sharding) -> jax.Array:
+    """What ``make_array_from_callback`` does with a numpy array of a plain dtype, less its
+    per-call checks and callbacks (a batch is uploaded every step: ~10-15 us of host time
+    saved per tensor): each of this process's devices receives its own shard."""
+    put, shaped_array, with_sharding = _BATCHED_PUT
+    aval = with_sharding(shaped_array(host.shape, host.dtype), sharding)
+    if sharding.is_fully_replicated:
+        devices = list(sharding._internal_device_list.addressable_device_list)
+        shards = [host] * len(devices)
+    else:
+        indices = sharding.addressable_devices_indices_map(host.shape)
+        devices = list(indices)
+        shards = [host[indices[d]] for d in devices]
+    return put(aval, sharding, shards, devices)
+
+
+def _batched_put():
+    """JAX's internals that ``make_array_from_callback`` ends in, or None where this JAX
+    lays them out differently (then it is called itself)."""
+    try:
+        from jax._src.core import ShapedArray, update_aval_with_sharding
+        from jax._src.interpreters.pxla import batched_device_put
+    except ImportError:
+        return None
+    return batched_device_put, ShapedArray, update_aval_with_sharding
+
+
+_BATCHED_PUT = _batched_put()
 
 
 def upload_process_local(local: np.ndarray, sharding: jax.sharding.Sharding,
