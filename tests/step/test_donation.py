@@ -19,6 +19,14 @@ def _trained(steps: int = 4):
     return model, step, data
 
 
+def _model_and_step(device):
+    """The MLP and its SGD step: compiled on the spmd device, eager on CPU."""
+    model = mlp(device)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    step = train_step(model, opt)
+    return model, (xs.compile(step) if device != "cpu" else step)
+
+
 def test_parameters_and_optimizer_state_are_donated_in_steady_state():
     model, step, data = _trained()
     before = xs.metrics()["donated_bytes"]
@@ -95,11 +103,7 @@ def test_a_view_of_a_parameter_read_between_steps_follows_its_updates():
     # The view's value is computed at each read; the step then overwrites the parameter
     # in its own buffer: the next read must see the new data, as on CPU.
     def rows_per_step(device):
-        model = mlp(device)
-        opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
-        step = train_step(model, opt)
-        if device != "cpu":
-            step = xs.compile(step)
+        model, step = _model_and_step(device)
         row = model[0].weight.detach()[1]
         rows = []
         for x, y in batches(5):
@@ -125,11 +129,7 @@ def test_tensors_kept_from_earlier_steps_stay_readable():
 
 def test_gradients_kept_from_each_step_hold_that_steps_values_as_on_cpu():
     def grads_per_step(device):
-        model = mlp(device)
-        opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
-        step = train_step(model, opt)
-        if device != "cpu":
-            step = xs.compile(step)
+        model, step = _model_and_step(device)
         kept = []
         for x, y in batches(5):
             step(x.to(device), y.to(device))
@@ -143,11 +143,7 @@ def test_gradients_kept_from_each_step_hold_that_steps_values_as_on_cpu():
 def test_a_gradient_saved_by_an_autograd_graph_keeps_its_value_as_on_cpu():
     # Only the graph holds the old gradient (no Python reference): it is not recycled.
     def saved_grad_after_steps(device):
-        model = mlp(device)
-        opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
-        step = train_step(model, opt)
-        if device != "cpu":
-            step = xs.compile(step)
+        model, step = _model_and_step(device)
         data = batches(5)
         for x, y in data[:3]:
             step(x.to(device), y.to(device))
