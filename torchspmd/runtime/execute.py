@@ -356,13 +356,15 @@ def _as_last_time(graph, known: tuple) -> list[jax.Array] | None:
     """The graph's input arrays if each has the layout ``known`` recorded for its position
     (then each enters the program as it is, on the same devices), else None."""
     shardings, _, annotations = known
+    # Host data is uploaded as it is annotated: only with last time's annotations does
+    # it take last time's layouts (else placement must see the annotations themselves,
+    # with no leaf uploaded yet).
+    for position, (leaf, _) in enumerate(graph.leaves):
+        if leaf.host is not None and leaf.sharding is not annotations[position]:
+            return None
     inputs = []
     for position, (leaf, index) in enumerate(graph.leaves):
         if leaf.host is not None:
-            # Host data is uploaded as it is annotated: only with last time's annotation
-            # does it take last time's layout (else placement must see the annotation).
-            if leaf.sharding is not annotations[position]:
-                return None
             upload_leaf(leaf)
         array = leaf.arrays[index]
         if array is None or type(array) is _Failed or array.sharding is not shardings[position]:
