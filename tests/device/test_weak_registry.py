@@ -2,6 +2,10 @@
 
 import gc
 
+import torch
+
+from torchspmd.lazy.handle import PENDING, Storage
+from torchspmd.lazy.node import Node, TensorMeta
 from torchspmd.lazy.registry import WeakRegistry
 
 
@@ -58,3 +62,15 @@ def test_a_reused_id_holds_the_newer_member():
     newer = _Member()
     registry.add(newer)
     assert list(registry) == [newer]
+
+
+def test_a_pending_storage_discarded_and_written_again_is_listed_again():
+    # A storage notes the generation it joined the pending registry in and skips adding
+    # itself again within it; a discard must not leave it out of the next sync.
+    meta = TensorMeta((2,), (1,), torch.float32)
+    storage = Storage((Node(None), 0), meta)  # pending: no data yet
+    assert storage in list(PENDING)
+    PENDING.discard(storage)
+    storage.set((Node(None), 0))
+    assert storage in list(PENDING)
+    PENDING.discard(storage)  # leave the registry as it was

@@ -46,6 +46,7 @@ class WeakRegistry:
         ref = self._refs.get(id(obj))
         if ref is not None and ref() is obj:
             del self._refs[id(obj)]
+            self.generation += 1  # ``obj`` may have noted the current one: it must add again
 
     def update(self, objs: Iterable) -> None:
         for obj in objs:
