@@ -95,11 +95,11 @@ class Program:
                 compiled = jitted.lower(*args, *vectors).compile()
                 COUNTERS["compile_cpu_s"] += time.process_time() - cpu
                 check_fits(compiled, graph)
-            _count_run(graph)
+            marked = _count_run(graph)
             try:
                 outputs = jitted(*args, *vectors)
-            except BaseException:
-                COUNTERS["executions"] -= 1
+            except BaseException:  # it did not run: the counts are as before
+                _uncount_run(graph, marked)
                 raise
         if hoisted:  # the outputs listed first go back to their groups
             first_outputs, outputs = outputs
@@ -188,17 +188,28 @@ class Program:
         return [[values[p][i] for i in outs] for p, outs in self.roots]
 
 
-def _count_run(graph: Graph) -> None:
+def _count_run(graph: Graph) -> list:
     """Count a run of ``graph`` before it is launched: once it runs, the program takes the
     host's cores, and whatever the host still does until ``sync()`` returns waits for one
-    (on CPU devices; a launch then costs the host a scheduler time slice, ~4 ms)."""
+    (on CPU devices; a launch then costs the host a scheduler time slice, ~4 ms). Returns
+    the nodes it marked as run for the first time (for :func:`_uncount_run`)."""
     COUNTERS["executions"] += 1
     COUNTERS["ops_executed"] += len(graph.nodes)
-    rerun = 0
-    for node in graph.nodes:  # intermediates not kept are computed again if read later
-        rerun += node.ran
+    marked = [node for node in graph.nodes if not node.ran]
+    for node in marked:
         node.ran = True
-    COUNTERS["ops_rerun"] += rerun
+    # Intermediates not kept are computed again if read later.
+    COUNTERS["ops_rerun"] += len(graph.nodes) - len(marked)
+    return marked
+
+
+def _uncount_run(graph: Graph, marked: list) -> None:
+    """Undo :func:`_count_run` for a launch that failed."""
+    COUNTERS["executions"] -= 1
+    COUNTERS["ops_executed"] -= len(graph.nodes)
+    COUNTERS["ops_rerun"] -= len(graph.nodes) - len(marked)
+    for node in marked:
+        node.ran = False
 
 
 def _replicated_copy(vector: np.ndarray, sharding) -> jax.Array:
