@@ -239,20 +239,7 @@ def _identity_view(func, args):
     shows its value (no node: the graph would compute and return the same data twice)."""
     base = args[0]._h
     base.value()  # a read, for torchspmd.compile's record of the storages a step touches
-    known = _IDENTITY_STEPS.get(id(func)) if len(args) == 1 else None
-    if known is not None and known[0] is func:
-        step = known[1]
-    else:
-        step = view_step(func, tuple(args[1:]))
-        if len(args) == 1:
-            _IDENTITY_STEPS[id(func)] = (func, step)
-    return SpmdTensor(base.viewed(step, None, base.meta))
-
-
-# id(identity op) -> (op, its argument-free view step): detach (autograd's every gradient,
-# ``nn.Parameter``) finds it without building the key ``view_step`` looks up (ops are
-# singletons, found by ``id``: hashing an OpOverload runs Python code).
-_IDENTITY_STEPS: dict[int, tuple] = {}
+    return SpmdTensor(base.viewed(view_step(func, tuple(args[1:])), None, base.meta))
 
 
 def _host_value(t: torch.Tensor) -> tuple[Node, int]:

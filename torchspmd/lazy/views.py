@@ -48,10 +48,17 @@ _DEFAULTS: dict[int, tuple] = {}
 # step, and building a frozen dataclass costs more than finding it.
 _STEPS: dict[tuple, tuple] = {}
 _STEPS_LIMIT = 65536
+# id(op) -> (op, its step) for ops called without arguments: found without building the
+# key above (ops are singletons, looked up by ``id``: hashing one runs Python code).
+_BARE_STEPS: dict[int, tuple] = {}
 
 
 def view_step(op, args: tuple, index: int = 0) -> ViewStep:
     """A :class:`ViewStep` with the schema's defaults filled in, so inverses see every argument."""
+    if not args and index == 0:  # ``detach``: autograd makes one per gradient
+        known = _BARE_STEPS.get(id(op))
+        if known is not None and known[0] is op:
+            return known[1]
     entry = _DEFAULTS.get(id(op))
     if entry is None or entry[0] is not op:
         defaults = tuple(a.default_value for a in op._schema.arguments[1:] if not a.kwarg_only)
@@ -68,6 +75,8 @@ def view_step(op, args: tuple, index: int = 0) -> ViewStep:
         _STEPS.clear()
     step = ViewStep(op, frozen, index)
     _STEPS[key] = (op, step)
+    if not args and index == 0:
+        _BARE_STEPS[id(op)] = (op, step)
     return step
 
 
