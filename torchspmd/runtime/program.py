@@ -123,8 +123,11 @@ class Program:
         placed = []
         for k, vector in enumerate(vectors):
             known = self._vector_copies[k]
-            if (known is not None and known[2] == ids and known[0].shape == vector.shape
-                    and np.array_equal(known[0], vector)):
+            # The very array of last time (a compiled step's, when it draws no seeds):
+            # callers never change a vector they passed.
+            if known is not None and known[2] == ids and (
+                    known[0] is vector or (known[0].shape == vector.shape
+                                           and np.array_equal(known[0], vector))):
                 placed.append(known[1])
                 continue
             copy = _replicated_copy(vector, transfer.replicated_on(ids))

@@ -142,7 +142,6 @@ class Plan:
         self._slot_getters = [place.getter() for _, place in self._slots]
         self._source_getters = [(i, place.getter()) for i, place in
                                 captured.source_places.items()]
-        self._placed_vectors = None  # the scalar inputs on the devices, while they repeat
 
     # --- built once ---------------------------------------------------------------------
 
@@ -271,18 +270,13 @@ class Plan:
     def _vectors(self) -> list:
         """The scalar inputs of this call, with fresh seeds; kept on the devices between
         calls while their values repeat (``Program.placed_vectors``)."""
-        if self._placed_vectors is not None:  # no seeds: the same values every call
-            return self._placed_vectors
         ints = self.vectors[int]
         if self.seed_slots:
             ints = ints.copy()
             for slot in self.seed_slots:
                 ints[slot] = rng.next_seed()
-        placed = self.program.placed_vectors([self.vectors[float], ints, self.vectors[bool]],
-                                             self.ids)
-        if not self.seed_slots:
-            self._placed_vectors = placed
-        return placed
+        return self.program.placed_vectors([self.vectors[float], ints, self.vectors[bool]],
+                                           self.ids)
 
     def _compile(self, donated, kept, spare_arrays, vectors) -> None:
         layout = tuple((a.shape, a.dtype, a.sharding) for a in (*donated, *kept, *spare_arrays))
@@ -313,19 +307,18 @@ class Plan:
         fresh, fills = [], []
         for target, ref, sig, reuse in zip(self.captured.targets, self.refs, self.sigs,
                                            self._reuse):
+            held = None  # (value, tensor) kept, with the output going into the value
             if reuse is not None:
                 if reuse[0] == "storage":
                     if exclusive[reuse[2]]:
-                        value = values[reuse[1]]
-                        fills.append((value[0].arrays, value[1], ref[1]))
-                        fresh.append((value, None))
-                        continue
+                        held = (values[reuse[1]], None)
                 elif grads and grads[reuse[1]] is not None:
-                    tensor = grads[reuse[1]]
-                    value = tensor._h.storage.value
-                    fills.append((value[0].arrays, value[1], ref[1]))
-                    fresh.append((value, tensor))
-                    continue
+                    held = (grads[reuse[1]]._h.storage.value, grads[reuse[1]])
+            if held is not None:
+                value = held[0]
+                fills.append((value[0].arrays, value[1], ref[1]))
+                fresh.append(held)
+                continue
             node = Node(sig)
             arrays = node.arrays = [None] * len(sig.outputs)
             index = ref[2]
