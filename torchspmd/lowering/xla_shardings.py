@@ -31,7 +31,7 @@ import numpy as np
 from jax.sharding import NamedSharding, PartitionSpec
 
 # The one module that reads JAX's private names (it imports nothing from torchspmd).
-from torchspmd.runtime import jax_private
+from torchspmd.lowering import jax_private
 
 __all__ = ["is_divisible", "replicated", "replicated_over", "placement_for", "constraint_for",
            "in_id_order", "is_in_id_order", "mesh_in_id_order"]

@@ -23,7 +23,7 @@ import resource
 import jax
 import torch
 
-from torchspmd.runtime import jax_private
+from torchspmd.lowering import jax_private
 
 __all__ = ["check_fits", "out_of_memory", "is_out_of_memory"]
 

@@ -20,7 +20,8 @@ import jax
 
 from torchspmd.jax_setup import device_id, devices
 from torchspmd.lowering.xla_shardings import in_id_order
-from torchspmd.runtime import jax_private, transfer
+from torchspmd.lowering import jax_private
+from torchspmd.runtime import transfer
 from torchspmd.runtime.aliases import note_shared
 
 

@@ -24,7 +24,7 @@ from collections.abc import Sequence
 
 import jax
 
-from torchspmd.runtime import jax_private
+from torchspmd.lowering import jax_private
 from torchspmd.runtime import launch as launch_env
 
 __all__ = [

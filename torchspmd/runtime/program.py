@@ -17,7 +17,8 @@ from torchspmd.lazy.node import TENSOR, ScalarSlot, TensorMeta
 from torchspmd.lowering import LOWERINGS, RANDOM_OPS
 from torchspmd.lowering.annotations import SHARD_TO_FULL, SHARDING_CONSTRAINT
 from torchspmd.lowering.dtypes import to_jax_dtype
-from torchspmd.runtime import jax_private, transfer
+from torchspmd.lowering import jax_private
+from torchspmd.runtime import transfer
 from torchspmd.runtime.donation import NOT_USABLE, output_avals
 from torchspmd.runtime.graph import OUTPUTS, Graph
 from torchspmd.runtime.manual import check_region, manual_steps, run_region

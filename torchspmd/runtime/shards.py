@@ -10,7 +10,7 @@ import jax
 import numpy as np
 
 from torchspmd.jax_setup import device_id
-from torchspmd.runtime import jax_private
+from torchspmd.lowering import jax_private
 from torchspmd.runtime.metrics import COUNTERS
 from torchspmd.runtime.transfer import addressable_buffers
 

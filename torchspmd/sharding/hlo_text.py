@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from torchspmd.jax_setup import device_id  # (configures JAX before its backend starts)
-from torchspmd.runtime import jax_private
+from torchspmd.lowering import jax_private
 import jax
 
 from torchspmd.sharding import partition_spec as _ps

@@ -17,7 +17,7 @@ import torch
 from torch.utils._pytree import tree_flatten
 
 from torchspmd.device.tensor import SpmdTensor
-from torchspmd.runtime import jax_private
+from torchspmd.lowering import jax_private
 
 
 class UnhashableArgument(TypeError):

@@ -1,4 +1,4 @@
-"""Each private-JAX route of ``runtime/jax_private.py`` and its public fallback agree.
+"""Each private-JAX route of ``lowering/jax_private.py`` and its public fallback agree.
 
 The fallback is forced the way a JAX upgrade would force it: the ``_private_*`` reader
 raises ``AttributeError`` (a name gone) or ``ImportError`` (a module moved).
@@ -12,7 +12,7 @@ import pytest
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from torchspmd.runtime import jax_private
+from torchspmd.lowering import jax_private
 
 
 def _mesh(shape, names, order=None):

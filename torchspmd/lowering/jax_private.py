@@ -6,7 +6,7 @@ Shardy's logical device ids, the tiles of a sharding). They are read here and no
 else, so a JAX upgrade touches this one file. Each function first takes JAX's private
 route (a ``_private_*`` function); where this JAX lays its internals out differently (a name gone, a signature
 changed) it falls back to public API, which gives the same result (tested one by one in
-``tests/runtime/test_jax_private.py``), slower or, where noted, less precisely.
+``tests/lowering/test_jax_private.py``), slower or, where noted, less precisely.
 
 Checked against JAX 0.10.2 and 0.11.x (``jax/_src/sharding.py``, ``named_sharding.py``,
 ``sharding_impls.py``, ``interpreters/pxla.py``, ``core.py``, ``xla_bridge.py``,
@@ -14,7 +14,7 @@ Checked against JAX 0.10.2 and 0.11.x (``jax/_src/sharding.py``, ``named_shardin
 
 Example::
 
-    from torchspmd.runtime import jax_private
+    from torchspmd.lowering import jax_private
     jax_private.device_assignment(NamedSharding(mesh, P("x")))   # (dev0, dev1, ...)
 """
 
