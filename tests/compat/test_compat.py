@@ -20,6 +20,13 @@ import torch_xla.runtime as xr  # noqa: E402
 from torch_xla.experimental.scan import scan  # noqa: E402
 
 
+@pytest.fixture(scope="module", autouse=True)
+def _leave_torch_as_it_was():
+    """Other tests in this process get PyTorch's own torch.tensor and Tensor.to back."""
+    yield
+    torchspmd.compat.uninstall()
+
+
 def test_spmd_names_are_torchspmds():
     """torch_xla.distributed.spmd, and its old name, serve torchspmd's own objects."""
     from torch_xla.experimental import xla_sharding
@@ -111,3 +118,19 @@ def test_step_closures_run_at_mark_step():
     assert seen == []
     xm.mark_step()
     assert seen == [[3.0, 3.0], "second"]
+
+
+def test_uninstall_gives_torch_back():
+    """After uninstall(), torch_xla is not importable and torch.tensor is PyTorch's again;
+    install() serves both again."""
+    import importlib
+    wrapped = torch.tensor
+    torchspmd.compat.uninstall()
+    try:
+        assert torch.tensor is not wrapped and not torchspmd.compat.is_installed()
+        assert "to" not in torch.Tensor.__dict__
+        with pytest.raises(ModuleNotFoundError):
+            importlib.import_module("torch_xla")
+    finally:
+        torchspmd.compat.install()
+    assert importlib.import_module("torch_xla.core.xla_model").xla_device() == torchspmd.device()

@@ -7,6 +7,8 @@ import traceback
 
 import pytest
 
+import torchspmd.compat
+
 from tests.distributed.launcher import torchrun
 from tests.docs.markdown import PAGES, REPO, examples
 
@@ -25,6 +27,7 @@ def test_fragments_are_few():
 def test_page_examples_run(page):
     """The page's examples run in order in one namespace; each asserts what it shows."""
     namespace: dict = {"__name__": "__docs__"}
+    compat_before = torchspmd.compat.is_installed()
     cwd = os.getcwd()
     os.chdir(REPO)
     try:
@@ -37,6 +40,8 @@ def test_page_examples_run(page):
                 pytest.fail(f"example at {example.where} failed:\n{traceback.format_exc()}")
     finally:
         os.chdir(cwd)
+        if not compat_before:  # an example ran torchspmd.compat.install()
+            torchspmd.compat.uninstall()
 
 
 @pytest.mark.parametrize("example", _TORCHRUN, ids=lambda e: e.where)

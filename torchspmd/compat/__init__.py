@@ -19,6 +19,6 @@ From Python, before the script's first ``import torch_xla``::
 
 from __future__ import annotations
 
-from torchspmd.compat.finder import install, is_installed, run_script
+from torchspmd.compat.finder import install, is_installed, run_script, uninstall
 
-__all__ = ["install", "is_installed", "run_script"]
+__all__ = ["install", "uninstall", "is_installed", "run_script"]

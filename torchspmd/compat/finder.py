@@ -71,6 +71,22 @@ def install() -> None:
     sys.meta_path.insert(0, _FINDER)
 
 
+def uninstall() -> None:
+    """Undo :func:`install`: ``import torch_xla`` fails again, ``torch.tensor`` and
+    ``Tensor.to`` are PyTorch's own. Tensors already made stay where they are.
+
+    Example: ``install(); ...; uninstall()``.
+    """
+    if not is_installed():
+        return
+    from torchspmd.compat import xla_device
+
+    sys.meta_path.remove(_FINDER)
+    for name in [n for n in sys.modules if n == _PREFIX or n.startswith(_PREFIX + ".")]:
+        del sys.modules[name]
+    xla_device.uninstall()
+
+
 def run_script(script: str, argv: Sequence[str] = ()) -> None:
     """Run ``script`` as ``__main__`` with ``sys.argv = [script, *argv]``, torch_xla served.
 

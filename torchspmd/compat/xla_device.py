@@ -59,7 +59,22 @@ def install() -> None:
     if _INSTALLED:
         return
     register_device_alias("XLA")
-    _INSTALLED.append((torch.tensor, torch.as_tensor, torch.Tensor.to))
+    # Tensor.to is TensorBase's: uninstall() deletes the override rather than copying it.
+    _INSTALLED.append((torch.tensor, torch.as_tensor, torch.Tensor.__dict__.get("to")))
     torch.tensor = _rewriting_device(torch.tensor)
     torch.as_tensor = _rewriting_device(torch.as_tensor)
     torch.Tensor.to = _rewriting_to(torch.Tensor.to)
+
+
+def uninstall() -> None:
+    """Give ``torch.tensor``, ``torch.as_tensor`` and ``Tensor.to`` back to PyTorch.
+
+    The ``XLA`` key's kernels stay: without torch_xla nothing else can use that device.
+    Example: ``install(); uninstall()``.
+    """
+    if _INSTALLED:
+        torch.tensor, torch.as_tensor, own_to = _INSTALLED.pop()
+        if own_to is None:
+            del torch.Tensor.to
+        else:
+            torch.Tensor.to = own_to
