@@ -61,7 +61,7 @@ def main():
     loader = pl.MpDeviceLoader(xu.SampleGenerator(data=(tokens, tokens), sample_count=args.steps),
                                device, input_sharding=xs.ShardingSpec(mesh, ("fsdp", None)))
     policy = functools.partial(transformer_auto_wrap_policy, transformer_layer_cls={Layer})
-    model = FSDPv2(Model(vocab, 16, 3).to(device), auto_wrap_policy=policy)
+    model = FSDPv2(Model(vocab, 16, 2).to(device), auto_wrap_policy=policy)
     optimizer = torch.optim.Adam(model.parameters(), lr=0.01)
     loss_fn = nn.CrossEntropyLoss()
 
