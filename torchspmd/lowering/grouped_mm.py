@@ -81,9 +81,19 @@ def _grouped_mm_meta(mat_a, mat_b, offs=None, bias=None, out_dtype=None):
 
 
 def group_sizes(offs):
-    """Sizes of the groups whose cumulative ends are ``offs``: ``[2, 2, 7] -> [2, 0, 5]``."""
+    """Sizes of the groups whose cumulative ends are ``offs``: ``[2, 2, 7] -> [2, 0, 5]``.
+
+    Written as a sum over a bidiagonal (+1, -1) mask rather than ``jnp.diff``: XLA shards
+    ``offs`` like the experts, and each grouped matmul of a step (the forward's and the
+    backward's) computes its own sizes; ``diff`` needs the neighbouring device's last
+    offset (a collective-permute, then an all-gather) for each of them, the masked sum one
+    all-gather. One MoE layer's forward and backward go from 21 all-gathers and 10
+    collective-permutes to 13 and 4 on a (4, 2) mesh (``benchmarks/moe.py``).
+    """
     offs = offs.astype(jnp.int32)
-    return jnp.diff(offs, prepend=jnp.zeros((1,), jnp.int32))
+    g = offs.shape[0]
+    step = jnp.eye(g, dtype=jnp.int32) - jnp.eye(g, k=-1, dtype=jnp.int32)
+    return (step * offs[None, :]).sum(1)
 
 
 def _ragged(a, b, sizes, dtype, contract, lhs_ragged, rhs_group):
