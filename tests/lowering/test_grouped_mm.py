@@ -117,13 +117,15 @@ def test_batched_3d_backward_matches_cpu():
     (dict(bias=torch.zeros(4, 16)), "bias is not supported"),
     (dict(offs=OFFS.long()), "offs must be a 1-d int32 tensor"),
     (dict(offs=None), "offs is required"),
+    (dict(out_dtype=torch.bfloat16), r"out_dtype must be the operands' dtype \(torch.float32\)"),
 ])
 def test_unsupported_arguments_raise_a_clear_error(kwargs, message):
     """Arguments CPU PyTorch also rejects raise an error naming the op and the argument."""
     args = dict(offs=OFFS) | kwargs
     a, b = randn(ROWS, 8).to(DEV), randn(4, 8, 16).to(DEV)
     with pytest.raises(RuntimeError, match=f"torch._grouped_mm: {message}"):
-        torch._grouped_mm(a, b, **{k: (v.to(DEV) if v is not None else v) for k, v in args.items()})
+        torch._grouped_mm(a, b, **{k: (v.to(DEV) if isinstance(v, torch.Tensor) else v)
+                                for k, v in args.items()})
 
 
 def test_float64_operands_raise_a_clear_error():
