@@ -117,3 +117,10 @@ def test_a_model_without_experts_is_an_error():
 def test_bad_axes_are_an_error(axes, message):
     with pytest.raises(ValueError, match=message):
         shard_experts(_quiet(tiny_gpt_oss).to(DEV), MESH, **axes)
+
+
+def test_experts_that_do_not_divide_over_the_expert_axis_are_an_error():
+    """4 experts over 8 devices would reach XLA replicated: say so instead."""
+    mesh = Mesh(np.arange(8), (8, 1), ("data", "model"))
+    with pytest.raises(ValueError, match="has 4 experts, which do not split evenly over 'data'"):
+        shard_experts(_quiet(tiny_gpt_oss).to(DEV), mesh)

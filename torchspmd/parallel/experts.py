@@ -110,6 +110,14 @@ def shard_experts(model: nn.Module, mesh: Mesh, expert_axis: str = "data",
     if not experts:
         raise ValueError(f"torchspmd: shard_experts found no experts module in {type(model).__name__} "
                          "(one with 3-d 'down_proj' and 'gate_up_proj' or 'up_proj' parameters).")
+    devices = mesh.shape()[expert_axis]
+    for name, module in experts:  # check all before marking any
+        if module.down_proj.shape[0] % devices:
+            # An uneven split reaches XLA as a replicated array (see lowering/xla_shardings):
+            # every device would hold every expert, silently.
+            raise ValueError(f"torchspmd: shard_experts: {name} has {module.down_proj.shape[0]} "
+                             f"experts, which do not split evenly over {expert_axis!r} ({devices} "
+                             "devices); pick an expert_axis whose size divides the number of experts.")
     modules = dict(model.named_modules())
     for name, module in experts:
         block_name = name.rpartition(".")[0]
