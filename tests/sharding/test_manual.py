@@ -82,3 +82,44 @@ def test_values_after_disable_are_no_longer_manual():
 def test_mark_manual_without_any_mesh_is_an_error():
     with pytest.raises(ValueError, match="No mesh is provided"):
         xs._mark_manual_sharding(torch.ones(4).to("spmd") * 2)
+
+
+def test_a_loop_keeping_its_local_block_alive_at_sync_computes_the_global_result():
+    # `local` is still referenced at sync(): it stays pending (nobody read its value).
+    cpu = torch.randn(16, 4)
+    mesh = xs.Mesh(np.arange(8), (8,), ("a",))
+    for i in range(3):
+        x = cpu.to(xs.device())
+        local = xs.enable_manual_sharding(x, ("a", None), mesh=mesh).global_tensor
+        local = local * (i + 2)
+        y = xs.disable_manual_sharding(local, ("a", None), cpu.shape, mesh=mesh).global_tensor
+        xs.sync()
+        torch.testing.assert_close(y.cpu(), cpu * (i + 2), rtol=0, atol=0)
+        assert local.shape == (2, 4)
+
+
+def test_a_local_block_kept_over_syncs_still_reassembles_to_its_value():
+    cpu = torch.randn(16, 4)
+    mesh = xs.Mesh(np.arange(8), (8,), ("a",))
+    locals_, outputs = [], []
+    for i in range(3):
+        local = xs.enable_manual_sharding(cpu.to(xs.device()) + i, ("a", None),
+                                          mesh=mesh).global_tensor.exp()
+        locals_.append(local)
+        outputs.append(xs.disable_manual_sharding(local, ("a", None), cpu.shape, mesh=mesh))
+        xs.sync()
+        torch.testing.assert_close(outputs[-1].cpu(), (cpu + i).exp())
+    # Blocks of every iteration, kept pending all along, give their regions' values again.
+    for i, local in enumerate(locals_):
+        again = xs.disable_manual_sharding(local * 1, ("a", None), cpu.shape, mesh=mesh)
+        torch.testing.assert_close(again.cpu(), (cpu + i).exp())
+
+
+def test_reads_and_syncs_while_a_local_block_is_pending_work():
+    cpu, other_cpu = torch.randn(8, 16), torch.randn(4)
+    other = other_cpu.to(xs.device()) * 3
+    local = xs.enable_manual_sharding(cpu.to(xs.device()), (None, "y"), mesh=_mesh()) * 2
+    torch.testing.assert_close(other.sum().cpu(), (other_cpu * 3).sum())
+    xs.sync()
+    y = xs.disable_manual_sharding(local, (None, "y"), (8, 16), mesh=_mesh())
+    torch.testing.assert_close(y.cpu(), cpu * 2)

@@ -18,7 +18,7 @@ from torchspmd.lazy.handle import PENDING, PENDING_VIEWS
 from torchspmd.lazy.node import Node
 from torchspmd.lazy.provenance import is_recording, refuse_host_read
 from torchspmd.lowering.annotations import FULL_TO_SHARD, SHARD_TO_FULL, SHARDING_CONSTRAINT
-from torchspmd.runtime import memory, placement, transfer
+from torchspmd.runtime import manual, memory, placement, transfer
 from torchspmd.runtime.donation import lazy_donations
 from torchspmd.runtime.cache import LRU, programs_capacity_from_env
 from torchspmd.runtime.graph import OUTPUTS, collect
@@ -68,7 +68,18 @@ def take_pending() -> tuple[list, list, list[tuple[Node, int]]]:
     """Empty the pending sets: the storages and views taken (so that a run that fails can
     put them back) and their pending values, which one run must now compute."""
     storages, views = PENDING.take(), PENDING_VIEWS.take()
-    return storages, views, [s.value for s in storages] + [h.pending_view_value() for h in views]
+    values = [s.value for s in storages] + [h.pending_view_value() for h in views]
+    local = manual.local_blocks(values)
+    if any(local):
+        # Local blocks of a manual region a live tensor still holds stay pending (their
+        # region's global results are computed; the blocks are no value of their own).
+        of_views = local[len(storages):]
+        PENDING.update(s for s, block in zip(storages, local) if block)
+        PENDING_VIEWS.update(h for h, block in zip(views, of_views) if block)
+        storages = [s for s, block in zip(storages, local) if not block]
+        views = [h for h, block in zip(views, of_views) if not block]
+        values = [v for v, block in zip(values, local) if not block]
+    return storages, views, values
 
 
 def successors(storages: list) -> dict:

@@ -15,6 +15,7 @@ from torchspmd.lazy.handle import Handle
 from torchspmd.lazy.node import TENSOR
 from torchspmd.lazy.record import meta_of, record
 from torchspmd.lowering.annotations import FULL_TO_SHARD, SHARD_TO_FULL
+from torchspmd.runtime.manual import note_entry
 from torchspmd.sharding import state
 from torchspmd.sharding.api import mark_sharding, wrap_as_sharded_tensor
 from torchspmd.sharding.mesh import Mesh, get_global_mesh
@@ -48,10 +49,10 @@ def _region_entry(value):
 
 
 def _reshaped(value, sharding, op, shape) -> SpmdTensor:
-    if op is FULL_TO_SHARD:
-        state._MANUAL_REGIONS["entered"] = True
     template = (TENSOR, sharding, tuple(shape))
     node = record(op, template, (), (value,), (meta_of(value),))
+    if op is FULL_TO_SHARD:
+        note_entry(node)
     return SpmdTensor(Handle.new((node, 0), node.sig.outputs[0]))
 
 
