@@ -37,8 +37,25 @@ def test_a_step_on_a_permuted_mesh_matches_cpu_and_its_result_is_usable(ids, sha
     torch.testing.assert_close(z.cpu(), (expected * 2 + x_cpu.sum(-1, keepdim=True)).exp().mean(0))
 
 
+def test_a_compiled_step_on_a_permuted_mesh_matches_cpu():
+    ids, shape, names, spec = CASES[0]
+    mesh = xs.Mesh(ids, shape, names)
+    w_cpu = torch.randn(12, 8)
+    w = w_cpu.to(xs.device())
+
+    @xs.compile
+    def step(x):
+        xs.mark_sharding(x, mesh, spec)
+        return torch.tanh(x @ w).cumsum(0)
+
+    for _ in range(3):
+        x_cpu = torch.randn(16, 12)
+        torch.testing.assert_close(step(x_cpu.to(xs.device())).cpu(),
+                                   torch.tanh(x_cpu @ w_cpu).cumsum(0))
+
+
 def test_plain_jax_still_cannot_express_the_output_layout_over_a_permuted_mesh():
-    """The JAX bug routed around in ``Program.run`` (``_unrepresentable_output``): when this
+    """The JAX bug routed around in ``Program.run`` (``unrepresentable_output``): when this
     test fails, JAX is fixed; drop the workaround and this test."""
     import jax
     import jax.numpy as jnp

@@ -72,12 +72,12 @@ class Program:
     def run(self, graph: Graph, leaf_arrays: list, donate: tuple[int, ...] = (),
             ids: tuple[int, ...] | None = None, pairs: tuple = ()) -> list[list]:
         """See :meth:`_run`. If JAX cannot express an output layout XLA chose (see
-        :func:`_unrepresentable_output`), the program is compiled again with replicated
+        :func:`unrepresentable_output`), the program is compiled again with replicated
         outputs, and stays so."""
         try:
             return self._run(graph, leaf_arrays, donate, ids, pairs)
         except Exception as error:  # noqa: BLE001  (only the one JAX error is retried)
-            if self._out_sharding is not None or not _unrepresentable_output(error):
+            if self._out_sharding is not None or not unrepresentable_output(error):
                 raise
         self._replicate_outputs(ids)
         return self._run(graph, leaf_arrays, donate, ids, pairs)
@@ -217,7 +217,7 @@ class Program:
         return [[values[p][i] for i in outs] for p, outs in self.roots]
 
 
-def _unrepresentable_output(error: BaseException) -> bool:
+def unrepresentable_output(error: BaseException) -> bool:
     """Whether ``error`` is JAX failing to express an output sharding XLA chose over the
     mesh of an input: after compiling, JAX re-expresses each output's layout over the
     first ``NamedSharding`` input's mesh, ignoring its ``_logical_device_ids``, and
