@@ -123,3 +123,25 @@ def test_reads_and_syncs_while_a_local_block_is_pending_work():
     xs.sync()
     y = xs.disable_manual_sharding(local, (None, "y"), (8, 16), mesh=_mesh())
     torch.testing.assert_close(y.cpu(), cpu * 2)
+
+
+def test_disable_with_another_spec_lays_each_block_at_its_mesh_position_under_that_spec():
+    # PyTorch/XLA's shard_to_full takes the spec it is given (shard_map's out_specs may
+    # differ from in_specs): blocks cut along dim 0 are laid side by side along dim 1.
+    cpu = torch.arange(64.0).reshape(16, 4)
+    mesh = xs.Mesh(np.arange(8), (8,), ("a",))
+    local = xs.enable_manual_sharding(cpu.to(xs.device()), ("a", None), mesh=mesh)
+    y = xs.disable_manual_sharding(local, (None, "a"), (2, 32), mesh=mesh)
+    torch.testing.assert_close(y.cpu(), torch.cat(cpu.split(2), dim=1), rtol=0, atol=0)
+
+
+def test_disable_with_swapped_axes_on_a_permuted_mesh_keeps_mesh_positions():
+    cpu = torch.arange(48.0).reshape(8, 6)
+    mesh = xs.Mesh([3, 6, 0, 5, 1, 7, 2, 4], (4, 2), ("a", "b"))
+    local = xs.enable_manual_sharding(cpu.to(xs.device()), ("a", "b"), mesh=mesh)  # (2, 3)
+    y = xs.disable_manual_sharding(local, ("b", "a"), (4, 12), mesh=mesh)
+    expected = torch.zeros(4, 12)
+    for i in range(4):  # the block at mesh position (i, j) is tile (j, i) under ("b", "a")
+        for j in range(2):
+            expected[2 * j:2 * j + 2, 3 * i:3 * i + 3] = cpu[2 * i:2 * i + 2, 3 * j:3 * j + 3]
+    torch.testing.assert_close(y.cpu(), expected, rtol=0, atol=0)

@@ -92,9 +92,19 @@ def disable_manual_sharding(t: torch.Tensor, partition_spec: PartitionSpec,
         >>> torch.equal(y.cpu(), x.cpu() * 2)
         True
 
-    The spec may differ from ``enable_manual_sharding``'s (as ``shard_map``'s out_specs
-    may differ from its in_specs), but the mesh must be the region's, and ``t``'s shape
-    must be ``full_shape`` divided by the spec's tiling; otherwise this raises.
+    The spec may differ from ``enable_manual_sharding``'s, as in PyTorch/XLA (whose
+    ``_spmd_shard_to_full_shape`` takes the spec it is given) and as ``shard_map``'s
+    out_specs may differ from its in_specs: the block at each mesh position becomes the
+    tile at that position under ``partition_spec``. So blocks cut along dim 0 can be
+    laid side by side along dim 1::
+
+        >>> local = enable_manual_sharding(x, ("a", None), mesh=mesh)   # x: (16, 4), 8 devices
+        >>> y = disable_manual_sharding(local, (None, "a"), (2, 32), mesh=mesh)
+        >>> torch.equal(y.cpu(), torch.cat(x.cpu().split(2), dim=1))
+        True
+
+    The mesh must be the region's, and ``t``'s shape must be ``full_shape`` divided by the
+    spec's tiling; otherwise this raises.
     """
     mesh = _mesh_or_global(mesh, "disable_manual_sharding")
     inner = state.as_spmd_tensor(t, "disable_manual_sharding")
