@@ -145,3 +145,27 @@ def test_disable_with_swapped_axes_on_a_permuted_mesh_keeps_mesh_positions():
         for j in range(2):
             expected[2 * j:2 * j + 2, 3 * i:3 * i + 3] = cpu[2 * i:2 * i + 2, 3 * j:3 * j + 3]
     torch.testing.assert_close(y.cpu(), expected, rtol=0, atol=0)
+
+
+def test_a_manual_region_inside_a_compiled_step_updates_state_like_cpu():
+    # The state's layout after the first call (sharded, from the region) differs from the
+    # one it was compiled for (replicated): the step is captured again, not sent to a
+    # program that rejects it.
+    mesh = xs.Mesh(np.arange(8), (8,), ("a",))
+    w_cpu = torch.randn(16, 4)
+    w = w_cpu.to(xs.device())
+
+    @xs.compile
+    def step(x):
+        local = xs.enable_manual_sharding(x, ("a", None), mesh=mesh).global_tensor
+        y = xs.disable_manual_sharding(local.exp() * 2, ("a", None), (16, 4),
+                                       mesh=mesh).global_tensor
+        w.add_(y)
+        return y
+
+    for _ in range(4):
+        x_cpu = torch.randn(16, 4)
+        y = step(x_cpu.to(xs.device()))
+        w_cpu += x_cpu.exp() * 2
+        torch.testing.assert_close(y.cpu(), x_cpu.exp() * 2)
+    torch.testing.assert_close(w.cpu(), w_cpu)

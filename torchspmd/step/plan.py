@@ -253,6 +253,11 @@ class Plan:
                 # same on every call, so the next call compares identities only.
                 if layouts[i] is None or sharding != layouts[i]:
                     a = placement.place(a, self.ids)
+                    if self.compiled is not None and not a.sharding.is_equivalent_to(
+                            layouts[i], a.ndim):
+                        # The program was compiled for another layout of this input (the
+                        # state came back from a call laid out otherwise): capture again.
+                        raise StalePlan("an input's layout changed")
                 layouts[i] = a.sharding
             placed.append(a)
         return placed
