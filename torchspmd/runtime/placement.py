@@ -21,7 +21,7 @@ import jax
 from torchspmd.jax_setup import device_id, devices
 from torchspmd.lowering.xla_shardings import in_id_order
 from torchspmd.runtime import transfer
-from torchspmd.runtime.aliases import note_shared
+from torchspmd.runtime.ownership import note_shared
 
 
 class MeshMismatchError(RuntimeError):
