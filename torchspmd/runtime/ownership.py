@@ -41,6 +41,7 @@ Example::
 from __future__ import annotations
 
 import sys
+import warnings
 import weakref
 from dataclasses import dataclass
 from typing import Any, Callable
@@ -141,7 +142,7 @@ def _overlap(a, b) -> bool:
 
 # --- the questions ------------------------------------------------------------------------
 # Each reads reference counts of its own local names only (a caller's locals would count
-# differently on each call site); ``holders = getrefcount(x) - base`` counts the local.
+# differently on each call site); ``getrefcount(x) == base + holders``, the local counted.
 
 
 def exclusive(values: list, arrays: list, indices: list[int], flying: set[int]) -> list[bool]:
@@ -155,6 +156,7 @@ def exclusive(values: list, arrays: list, indices: list[int], flying: set[int]) 
         _refused()
         return [False] * len(indices)
     rc, base = _getrefcount, COUNTING.base
+    two, three = base + 2, base + 3  # ``getrefcount`` of 2 and 3 holders
     alone = []
     for i in indices:
         value = values[i]
@@ -163,8 +165,8 @@ def exclusive(values: list, arrays: list, indices: list[int], flying: set[int]) 
         # Holders: of the value, its storage, ``values`` and the local; of the node, the
         # value and the local; of the array, ``node.arrays``, ``arrays``, the local, and
         # the in-flight list if it is there.
-        alone.append(rc(value) - base == 3 and rc(node) - base == 2
-                     and rc(array) - base == 3 + (id(array) in flying)
+        alone.append(rc(value) == three and rc(node) == two
+                     and rc(array) == three + (id(array) in flying)
                      and not shares_buffers(array))
     return alone
 
@@ -182,6 +184,7 @@ def unheld_leaves(graph: Graph, inputs: list, flying: set[int]) -> list[int]:
         _refused()
         return []
     rc, base = _getrefcount, COUNTING.base
+    one, two, three = base + 1, base + 2, base + 3  # ``getrefcount`` of 1, 2, 3 holders
     # References each value tuple gets from inside the graph: the nodes' inputs tuples
     # and ``graph.leaves``. Anything beyond them is a holder outside this run. Plain
     # dicts, not Counters: a Counter's missing key is a Python call, and this runs over
@@ -203,7 +206,7 @@ def unheld_leaves(graph: Graph, inputs: list, flying: set[int]) -> list[int]:
     value = node = leaf = array = placed = None  # the loops' locals, counted below
     for value in tuples.values():
         # Holders: ``tuples``, the local, and the graph's.
-        if rc(value) - base == 2 + internal[id(value)]:
+        if rc(value) == two + internal[id(value)]:
             node = value[0]
             held[node] = held.get(node, 0) + 1
         else:
@@ -214,7 +217,7 @@ def unheld_leaves(graph: Graph, inputs: list, flying: set[int]) -> list[int]:
         if node in roots:
             continue  # becomes a leaf holding its outputs: it reads no input again
         # Holders: ``graph.nodes``, the local, ``held``'s key and its tuples.
-        if node in outside or rc(node) - base != 3 + held.get(node, 0):
+        if node in outside or rc(node) != three + held.get(node, 0):
             return []
     node = None
     found = []
@@ -231,16 +234,16 @@ def unheld_leaves(graph: Graph, inputs: list, flying: set[int]) -> list[int]:
         # original too, which no one reads); one placed on other devices may lend only
         # some of them: kept.
         if placed is array:
-            array_holders = 4
+            array_refs = base + 4
         elif placed.sharding.device_set == array.sharding.device_set:
-            array_holders = 2
-            if rc(placed) - base != 2:  # ``inputs`` and ``placed``
+            array_refs = two
+            if rc(placed) != two:  # ``inputs`` and ``placed``
                 continue
         else:
             continue
         # Holders of the leaf: its tuples, the local, ``held``'s key if there.
-        if (rc(leaf) - base == 1 + (leaf in held) + held.get(leaf, 0)
-                and rc(array) - base == array_holders + (id(array) in flying)
+        if (rc(leaf) == one + (leaf in held) + held.get(leaf, 0)
+                and rc(array) == array_refs + (id(array) in flying)
                 and not shares_buffers(array, ignore=placed)):
             found.append(position)
     return found
@@ -271,6 +274,7 @@ def sole_gradient(slot: GradientSlot) -> tuple[Any, Any]:
         _refused()
         return None, None
     rc, base = _getrefcount, COUNTING.base
+    two = base + 2  # ``getrefcount`` of 2 holders
     old = slot.get()
     handle = slot.handle_of(old)
     if handle is None:
@@ -285,18 +289,18 @@ def sole_gradient(slot: GradientSlot) -> tuple[Any, Any]:
     # the object live) and the local; ``use_count``: the slot and the Python object. Of
     # the handle, storage, value, node and array: the one above each, and the local.
     if (type(old) is slot.keeps and not old.requires_grad and old._use_count() == 2
-            and rc(old) - base == 2 and not weakref.getweakrefcount(old)
-            and rc(handle) - base == 2 and rc(storage) - base == 2
-            and rc(value) - base == 2 and rc(node) - base == 2
-            and rc(array) - base == 2 and not shares_buffers(array)):
+            and rc(old) == two and not weakref.getweakrefcount(old)
+            and rc(handle) == two and rc(storage) == two
+            and rc(value) == two and rc(node) == two
+            and rc(array) == two and not shares_buffers(array)):
         return array, old
     alive = weakref.ref(old)
     slot.clear()
     del old, handle, storage
     # Once the tensor is gone: the value has the local; the node, the value and the
     # local; the array, ``node.arrays`` and the local.
-    if (alive() is not None or rc(value) - base != 1 or rc(node) - base != 2
-            or rc(array) - base != 2 or shares_buffers(array)):
+    if (alive() is not None or rc(value) != base + 1 or rc(node) != two
+            or rc(array) != two or shares_buffers(array)):
         return None, None
     return array, None
 
@@ -324,4 +328,5 @@ def calibrate() -> Counting:
     return COUNTING
 
 
-calibrate()
+if not calibrate().ok:  # said once, where the process starts: memory use will be higher
+    warnings.warn(f"torchspmd: {COUNTING.reason}", RuntimeWarning, stacklevel=2)

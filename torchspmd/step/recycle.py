@@ -44,7 +44,8 @@ class Spares:
         self._shardings: list | None = None
         # What ``ownership.sole_gradient`` reads of each slot.
         self._slots = [GradientSlot(get=place.getter(), clear=functools.partial(place.set, None),
-                                    handle_of=_base_handle, usable=fits, keeps=SpmdTensor)
+                                    handle_of=_base_handle, usable=fits.check,
+                                    keeps=SpmdTensor)
                        for place, fits in zip(places, self._fits)]
 
     @property
@@ -108,7 +109,7 @@ class _Fits:
         # object on every call: compared by identity).
         self.matched = None
 
-    def __call__(self, array) -> bool:
+    def check(self, array) -> bool:
         if array.is_deleted():
             return False
         sharding = array.sharding
