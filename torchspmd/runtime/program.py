@@ -17,6 +17,7 @@ from torchspmd.lazy.node import TENSOR, ScalarSlot, TensorMeta
 from torchspmd.lowering import LOWERINGS, RANDOM_OPS
 from torchspmd.lowering.annotations import SHARD_TO_FULL, SHARDING_CONSTRAINT
 from torchspmd.lowering.dtypes import to_jax_dtype
+from torchspmd.lowering import jax_private
 from torchspmd.runtime import transfer
 from torchspmd.runtime.donation import NOT_USABLE, output_avals
 from torchspmd.runtime.graph import OUTPUTS, Graph
@@ -221,23 +222,9 @@ def _replicated_copy(vector: np.ndarray, sharding) -> jax.Array:
     own Python costs ~50 us a call (more with cold caches), paid every step by the
     scalar vector a learning-rate schedule changes. Falls back to ``device_put`` where
     this JAX lays its internals out differently."""
-    if _BATCHED_PUT is None:
-        return jax.device_put(vector, sharding)
-    devices = list(sharding._addressable_device_assignment)
-    return _BATCHED_PUT[0](_BATCHED_PUT[1](vector.shape, vector.dtype), sharding,
-                           [vector] * len(devices), devices)
-
-
-def _batched_put():
-    try:
-        from jax._src.core import ShapedArray
-        from jax._src.interpreters.pxla import batched_device_put
-    except ImportError:
-        return None
-    return batched_device_put, ShapedArray
-
-
-_BATCHED_PUT = _batched_put()
+    devices = jax_private.addressable_devices(sharding)
+    return jax_private.put_shards(vector.shape, vector.dtype, sharding,
+                                  [vector] * len(devices), devices)
 
 
 def donated_first(replay, count: int, donate: tuple[int, ...]):
