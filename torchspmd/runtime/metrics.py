@@ -31,6 +31,9 @@ def reset() -> None:
         step_recaptures_state=0,  # state changed outside the step (p.grad set to None...)
         step_check_misses=0,  # check_every found another path
         donated_bytes=0,  # buffers handed to a step that overwrote them
+        # ownership questions refused because this interpreter's reference counts did not
+        # pass ownership's self-test (``torchspmd.runtime.ownership.COUNTING.reason``)
+        donation_disabled=0,
         scan_body_traces=0,  # scan_layers: a recorded layer replayed while JAX traces a scan
     )
 

@@ -22,7 +22,7 @@ from torchspmd.jax_setup import device_id, devices
 from torchspmd.lowering.xla_shardings import in_id_order
 from torchspmd.lowering import jax_private
 from torchspmd.runtime import transfer
-from torchspmd.runtime.aliases import note_shared
+from torchspmd.runtime.ownership import note_shared
 
 
 class MeshMismatchError(RuntimeError):

@@ -24,7 +24,7 @@ from jax.sharding import NamedSharding, PartitionSpec
 from torchspmd.jax_setup import devices
 from torchspmd.lowering.xla_shardings import placement_for, replicated_over
 from torchspmd.lowering import jax_private
-from torchspmd.runtime.aliases import note_shared
+from torchspmd.runtime.ownership import note_shared
 from torchspmd.runtime.metrics import COUNTERS
 
 

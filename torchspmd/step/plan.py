@@ -33,7 +33,7 @@ from torchspmd.lazy.handle import Handle
 from torchspmd.lazy.node import Node
 from torchspmd.lowering import RANDOM_OPS
 from torchspmd.lowering.dtypes import to_jax_dtype
-from torchspmd.runtime import donation, execute, placement, rng, transfer
+from torchspmd.runtime import execute, ownership, placement, rng, transfer
 from torchspmd.runtime.cache import LRU
 from torchspmd.runtime.memory import check_fits
 from torchspmd.runtime.metrics import COUNTERS
@@ -205,7 +205,7 @@ class Plan:
         # no read has freed it yet: it must not count as a holder of any input.
         execute.release_spent()
         flying = execute.in_flight_ids()
-        exclusive = (donation.exclusive(values, arrays, self.donated, flying) if not first
+        exclusive = (ownership.exclusive(values, arrays, self.donated, flying) if not first
                      else [False] * len(self.donated))
         placed = self._placed(arrays)
         donated = []

@@ -24,15 +24,13 @@ from __future__ import annotations
 
 import functools
 import math
-import sys
-import weakref
 
 import jax
 import jax.numpy as jnp
 
 from torchspmd.device.tensor import SpmdTensor
 from torchspmd.lowering.dtypes import to_jax_dtype
-from torchspmd.runtime.aliases import shares_buffers
+from torchspmd.runtime.ownership import GradientSlot, sole_gradient
 
 
 class Spares:
@@ -41,12 +39,25 @@ class Spares:
     def __init__(self, places: list, metas: list):
         self.places = places
         self.metas = metas
-        self.shardings: list | None = None  # per slot, once compiled
-        # Per slot: the bytes of its buffer, and the last layout object found equal to its
-        # sharding (outputs carry the same object on every call: compared by identity).
         self.nbytes = [math.prod(m.shape) * to_jax_dtype(m.dtype).itemsize for m in metas]
-        self._matched: list = [None] * len(places)
-        self._getters = [place.getter() for place in places]
+        self._fits = [_Fits() for _ in places]
+        self._shardings: list | None = None
+        # What ``ownership.sole_gradient`` reads of each slot.
+        self._slots = [GradientSlot(get=place.getter(), clear=functools.partial(place.set, None),
+                                    handle_of=_base_handle, usable=fits.check,
+                                    keeps=SpmdTensor)
+                       for place, fits in zip(places, self._fits)]
+
+    @property
+    def shardings(self) -> list | None:
+        """Per slot, the layout its new gradient is given (once compiled), or None."""
+        return self._shardings
+
+    @shardings.setter
+    def shardings(self, shardings: list | None) -> None:
+        self._shardings = shardings
+        for fits, sharding in zip(self._fits, shardings or ()):
+            fits.sharding, fits.matched = sharding, None
 
     def parameter_layouts(self, layout_of) -> list | None:
         """Each slot's parameter's layout (``layout_of(parameter)``: where the step reads
@@ -72,7 +83,7 @@ class Spares:
         for k, place in enumerate(self.places):
             array = None
             if not first:
-                array, reused[k] = self._old(place, self._getters[k], k)
+                array, reused[k] = sole_gradient(self._slots[k])
             if array is None:
                 place.set(None)
                 missing.append(k)
@@ -86,53 +97,34 @@ class Spares:
                 arrays[k] = blank
         return arrays, recycled, reused
 
-    def _old(self, place, get, k: int) -> tuple:
-        """The old gradient's array if only its slot holds it, and the gradient itself if
-        it can stay in its slot (None: the slot is emptied)."""
-        getrefcount = sys.getrefcount
-        old = get()
-        if not isinstance(old, SpmdTensor) or old._h.view:
-            return None, None
-        handle = old._h
-        storage = handle.storage
-        value = storage.value
-        node = value[0]
-        array = node.arrays[value[1]] if node.arrays is not None else None
-        if array is None or array.is_deleted() or not self._fits(array, k):
-            return None, None
-        # Held by the slot alone (no other Python reference, weak reference or C++
-        # holder such as a graph that saved it for backward), and what a new gradient
-        # would be (a plain tensor, no grad): the tensor is kept and its storage takes
-        # the new value, instead of a tensor dropped and one made.
-        # References: to the tensor, its ``use_count`` from the slot and its Python
-        # object, then the object's owner, this local and getrefcount's; to the
-        # handle, storage, value, node and array, their one holder, this local and
-        # getrefcount's.
-        if (type(old) is SpmdTensor and not old.requires_grad and old._use_count() == 2
-                and getrefcount(old) == 3 and not weakref.getweakrefcount(old)
-                and getrefcount(handle) == 3 and getrefcount(storage) == 3
-                and getrefcount(value) == 3 and getrefcount(node) == 3
-                and getrefcount(array) == 3 and not shares_buffers(array)):
-            return array, old
-        alive = weakref.ref(old)
-        place.set(None)
-        del old, handle, storage
-        # Expected references once the tensor is gone: to the value tuple, this local and
-        # getrefcount's; to the node, the tuple, this local and getrefcount's; to the
-        # array, ``node.arrays``, this local and getrefcount's.
-        if (alive() is not None or getrefcount(value) > 2 or getrefcount(node) > 3
-                or getrefcount(array) > 3 or shares_buffers(array)):
-            return None, None
-        return array, None
 
-    def _fits(self, array, k: int) -> bool:
-        """Whether ``array`` has the layout slot ``k``'s new gradient is given."""
+class _Fits:
+    """Whether an array (live) has the layout a slot's new gradient is given."""
+
+    __slots__ = ("sharding", "matched")
+
+    def __init__(self):
+        self.sharding = None
+        # The last layout object found equal to ``sharding`` (outputs carry the same
+        # object on every call: compared by identity).
+        self.matched = None
+
+    def check(self, array) -> bool:
+        if array.is_deleted():
+            return False
         sharding = array.sharding
-        if sharding is not self._matched[k]:
-            if sharding != self.shardings[k]:
+        if sharding is not self.matched:
+            if sharding != self.sharding:
                 return False
-            self._matched[k] = sharding
+            self.matched = sharding
         return True
+
+
+def _base_handle(tensor):
+    """``tensor``'s lazy handle if it is an spmd tensor that is no view, else None."""
+    if isinstance(tensor, SpmdTensor) and not tensor._h.view:
+        return tensor._h
+    return None
 
 
 @functools.lru_cache(maxsize=64)
