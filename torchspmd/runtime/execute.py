@@ -18,7 +18,7 @@ from torchspmd.lazy.handle import PENDING, PENDING_VIEWS
 from torchspmd.lazy.node import Node
 from torchspmd.lazy.provenance import is_recording, refuse_host_read
 from torchspmd.lowering.annotations import FULL_TO_SHARD, SHARD_TO_FULL, SHARDING_CONSTRAINT
-from torchspmd.runtime import memory, placement, transfer
+from torchspmd.runtime import hooks, memory, placement, transfer
 from torchspmd.runtime.donation import lazy_donations
 from torchspmd.runtime.cache import LRU, programs_capacity_from_env
 from torchspmd.runtime.graph import OUTPUTS, collect
@@ -62,6 +62,7 @@ def sync(wait: bool = False) -> None:
     execute(sorted(wanted, key=lambda n: n.seq), wanted, successors(storages))
     if wait:
         wait_device_ops()
+    hooks.after_run(blocking=wait)
 
 
 def take_pending() -> tuple[list, list, list[tuple[Node, int]]]:

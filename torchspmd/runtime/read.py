@@ -21,7 +21,7 @@ import torch
 
 from torchspmd.lazy.handle import PENDING, PENDING_VIEWS
 from torchspmd.lazy.node import Node
-from torchspmd.runtime import execute
+from torchspmd.runtime import execute, hooks
 
 __all__ = ["read"]
 
@@ -46,4 +46,6 @@ def read(values: list[tuple[Node, int]]) -> list[jax.Array]:
     except Exception:  # noqa: BLE001  (the unrelated work's error is raised when it is read)
         PENDING.update(s for s in storages if not s.value[0].is_leaf)
         PENDING_VIEWS.update(views)
-    return execute.materialize(list(values))
+    arrays = execute.materialize(list(values))
+    hooks.after_run(blocking=True)
+    return arrays
