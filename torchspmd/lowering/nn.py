@@ -16,7 +16,6 @@ import math
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 from torch import ops
 
 from torchspmd.lowering._common import compute_in_opmath as _f, opmath
