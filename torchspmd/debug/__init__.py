@@ -23,14 +23,15 @@ from torchspmd.debug.hlo import collectives, copied_arguments, last_hlo
 from torchspmd.debug.pending import pending_hlo, propagated_shardings
 from torchspmd.debug.program_size import (ProgramComparison, ProgramSize, compare_programs,
                                            program_size)
-from torchspmd.device import bounds
+from torchspmd.device import bounds, index_checks as _index_checks
 from torchspmd.debug.visualize import visualize_sharding
 from torchspmd.runtime.metrics import metrics
 from torchspmd.sharding.api import get_sharding
 
 __all__ = ["visualize_sharding", "visualize_tensor_sharding", "last_hlo", "collectives",
            "copied_arguments", "compare_programs", "program_size", "ProgramSize",
-           "ProgramComparison", "metrics_report", "check_indices", "pending_hlo", "propagated_shardings",
+           "ProgramComparison", "metrics_report", "check_indices", "index_checks", "pending_hlo",
+           "propagated_shardings",
            "tensor_debug_info", "_get_xla_tensors_hlo", "_get_xla_tensor_debug_info"]
 
 # PyTorch/XLA's names (``torch_xla._XLAC``), so debugging code ports unchanged.
@@ -53,6 +54,24 @@ def check_indices(on: bool = True) -> None:
         IndexError: index 5 is out of bounds for dimension 0 with size 3
     """
     bounds.set_enabled(on)
+
+
+def index_checks(on: bool = True) -> bool:
+    """Turn the default in-graph index-range checks on or off; returns the previous setting.
+
+    On by default (off with ``TORCHSPMD_INDEX_CHECKS=0``): each indexing op also computes, in
+    its graph, whether an index is out of range, and an ``IndexError`` naming the op is
+    raised at a later ``sync()`` or host read, or after a ``torchspmd.compile`` step (no
+    host sync per op). :func:`check_indices` is the precise, slow mode that names the line.
+
+    Example::
+
+        >>> previous = index_checks(False)   # e.g. to time a step without them
+        >>> index_checks(previous)  # doctest: +SKIP
+    """
+    previous = _index_checks.enabled()
+    _index_checks.set_enabled(on)
+    return previous
 
 
 def visualize_tensor_sharding(t, **kwargs) -> rich.table.Table:

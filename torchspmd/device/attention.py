@@ -7,8 +7,8 @@ answers with all-gathers: on the fsdp+tp GPT step of ``benchmarks/train_step.py`
 all-gathers of 4-D attention tensors that JAX's own step does not have.
 
 CPU tensors take the fused kernel ``_scaled_dot_product_flash_attention_for_cpu`` instead;
-its forward and backward are lowered as 4-D einsums (``lowering/nn.py``), which keep batch
-and heads apart. Here spmd tensors take it too, in the cases that kernel accepts (no
+its forward and backward are lowered as 4-D einsums (``lowering/attention.py``), which keep
+batch and heads apart, with that kernel's values for fully masked rows (padded batches). Here spmd tensors take it too, in the cases that kernel accepts (no
 dropout, no grouped-query heads, 4-D inputs with one head size); every other call keeps
 PyTorch's math path, so the values are PyTorch's either way.
 
@@ -39,8 +39,10 @@ def _fused_accepts(query, key, value, attn_mask, dropout_p, enable_gqa) -> bool:
         return False
     if query.shape[:2] != key.shape[:2] or key.shape[:3] != value.shape[:3]:
         return False
+    # CPU takes the kernel for a float mask of any float dtype (a float32 mask on bf16
+    # queries too), and PyTorch's math path for a mask that needs a gradient.
     if attn_mask is not None and (attn_mask.requires_grad or not (
-            attn_mask.dtype == torch.bool or attn_mask.dtype == query.dtype)):
+            attn_mask.dtype == torch.bool or attn_mask.dtype.is_floating_point)):
         return False
     return True
 

@@ -13,7 +13,7 @@ import time
 
 import torch
 
-from torchspmd.device import bounds, host, resize
+from torchspmd.device import bounds, host, index_checks, resize
 from torchspmd.device.recording import (_PLANS, SPECIAL, _decompose, _flatten, _host_value,
                                         _identity_view, _plan, _record, _record_flat,
                                         _record_view, _shape_result, _unsupported, _views,
@@ -34,12 +34,15 @@ __all__ = ["dispatch", "register_handler", "_assign", "_host_value", "_record", 
 aten = torch.ops.aten
 
 _CHECKED_INDICES = bounds._STATE
+_INDEX_CHECKS = index_checks._STATE
 
 
 def dispatch(func, args: tuple, kwargs: dict):
     """Handle one aten call on spmd tensors (``SpmdTensor.__torch_dispatch__``)."""
     if _CHECKED_INDICES["on"]:  # torchspmd.debug.check_indices(True)
         bounds.check(func, args, kwargs)
+    if _INDEX_CHECKS.on:  # in-graph, read later (torchspmd.debug.index_checks)
+        index_checks.note(func, args, kwargs)
     plan = _PLANS.get(id(func))  # _plan, its hit inline
     if plan is None or plan.func is not func:
         plan = _plan(func)

@@ -1,6 +1,6 @@
 """aten -> JAX lowerings: importing this package fills ``registry.LOWERINGS``."""
 
-from torchspmd.lowering import (activations, annotations, barrier, bessel,  # noqa: F401
+from torchspmd.lowering import (activations, annotations, attention, barrier, bessel,  # noqa: F401
                                 binary, conv, distances, embedding_bag, factorizations,
                                 factory, fft, foreach, indexing, ldl, linalg, logaddexp, nn,
                                 normalization, order_statistics, orthogonal_polynomials, pool3d,

@@ -61,14 +61,51 @@ def convolution(meta, input, weight, bias, stride, padding, dilation, transposed
     return out.astype(meta.dtype)
 
 
+def _grouped_weight_grad(x, gy, kernel, stride, padding, dilation, groups, dtype):
+    """``dw[o, c, k] = sum_{n, p} xpad[n, group(o) * C/g + c, p * stride + k * dilation] * gy[n, o, p]``.
+
+    The weight gradient of a grouped convolution, (O, C/g, *kernel), as one batched matmul per
+    kernel offset. ``jax.vjp`` would give a convolution with ``batch_group_count = groups``,
+    and XLA's SPMD partitioner miscompiles that one when the batch is sharded (plain JAX
+    reproduces it: ``tests/sharding/test_grouped_conv_sharded.py``). Here the batch is a
+    contraction dim of an einsum, which the partitioner turns into partial sums and one
+    all-reduce of the (small) weight gradient, as for an ungrouped convolution.
+    """
+    n, c, o = x.shape[0], x.shape[1], gy.shape[1]
+    out = gy.shape[2:]
+    # Zero padding: ``padding`` below, and above as far as the last window reaches.
+    high = [max(0, (k - 1) * d + (p_ - 1) * s + 1 - (size + pad))
+            for k, d, p_, s, size, pad in zip(kernel, dilation, out, stride, x.shape[2:], padding)]
+    xp = jnp.pad(x.astype(dtype), [(0, 0), (0, 0)] + [(pad, h) for pad, h in zip(padding, high)])
+    g = gy.astype(dtype).reshape((n, groups, o // groups, -1))
+    grads = []
+    for offset in np.ndindex(*kernel):
+        start = [k * d for k, d in zip(offset, dilation)]
+        limit = [st + (p_ - 1) * s + 1 for st, p_, s in zip(start, out, stride)]
+        window = jax.lax.slice(xp, [0, 0] + start, [n, c] + limit, [1, 1] + list(stride))
+        window = window.reshape((n, groups, c // groups, -1))
+        grads.append(jnp.einsum("ngcp,ngop->goc", window, g, precision=precision(dtype),
+                                preferred_element_type=opmath(dtype)))
+    return jnp.stack(grads, axis=-1).reshape((o, c // groups) + tuple(kernel))
+
+
 @lowers(aten.convolution_backward.default)
 def convolution_backward(meta, grad_output, input, weight, bias_sizes, stride, padding, dilation, transposed,
                          output_padding, groups, output_mask):
     acc = opmath(input.dtype)
-    conv = lambda x, w: _conv(x, w, stride, padding, dilation, transposed, output_padding, groups, acc)
-    _, vjp = jax.vjp(conv, input.astype(acc), weight.astype(acc))
     g = grad_output.astype(acc)
-    gx, gw = vjp(g)
+    if groups == 1:
+        conv = lambda x, w: _conv(x, w, stride, padding, dilation, transposed, output_padding, groups, acc)
+        _, vjp = jax.vjp(conv, input.astype(acc), weight.astype(acc))
+        gx, gw = vjp(g)
+    else:
+        conv = lambda x: _conv(x, weight, stride, padding, dilation, transposed, output_padding, groups, acc)
+        gx = jax.vjp(conv, input.astype(acc))[1](g)[0]
+        nd = weight.ndim - 2
+        args = (weight.shape[2:], _tup(stride, nd), _tup(padding, nd), _tup(dilation, nd), groups, acc)
+        # A transposed convolution's weight gradient is a convolution's, with input and
+        # output gradient in each other's places: (Cin, Cout/g, *k).
+        gw = _grouped_weight_grad(g, input, *args) if transposed else _grouped_weight_grad(input, g, *args)
     return _outs(meta, (gx, gw, jnp.sum(g, (0,) + tuple(range(2, g.ndim)))))
 
 

@@ -16,7 +16,6 @@ import math
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 from torch import ops
 
 from torchspmd.lowering._common import compute_in_opmath as _f, opmath
@@ -168,45 +167,6 @@ def binary_cross_entropy_with_logits(meta, self, target, weight=None, pos_weight
     loss = (1 - t) * x - log_weight * jax.nn.log_sigmoid(x)
     loss = loss if weight is None else loss * _f(weight, meta)
     return _reduce(loss, reduction).astype(meta.dtype)
-
-
-# ---------------------------------------------------------------- attention
-#
-# F.scaled_dot_product_attention reaches the fused CPU kernel's ops on the spmd device too
-# (``device/attention.py``: without dropout or grouped-query heads, 4-D inputs), as CPU
-# tensors do; 4-D einsums keep batch and heads apart for the partitioner.
-
-
-def _sdpa(q, k, v, attn_mask, is_causal, scale):
-    s = (1 / math.sqrt(q.shape[-1])) if scale is None else scale
-    scores = jnp.einsum("...qd,...kd->...qk", q, k, precision=jax.lax.Precision.HIGHEST) * s
-    if is_causal:
-        scores = jnp.where(np.tril(np.ones(scores.shape[-2:], bool)), scores, -jnp.inf)
-    if attn_mask is not None:
-        scores = jnp.where(attn_mask, scores, -jnp.inf) if attn_mask.dtype == jnp.bool_ \
-            else scores + attn_mask.astype(scores.dtype)
-    lse = jax.nn.logsumexp(scores, axis=-1)
-    out = jnp.einsum("...qk,...kd->...qd", jnp.exp(scores - lse[..., None]), v, precision=jax.lax.Precision.HIGHEST)
-    return out, lse
-
-
-@lowers(aten._scaled_dot_product_flash_attention_for_cpu.default)
-def _scaled_dot_product_flash_attention_for_cpu(meta, query, key, value, dropout_p=0.0, is_causal=False, *,
-                                                attn_mask=None, scale=None):
-    if float(dropout_p) != 0.0:  # spmd SDPA takes this kernel only without dropout
-        raise NotImplementedError("torchspmd: _scaled_dot_product_flash_attention_for_cpu with "
-                                  "dropout; call F.scaled_dot_product_attention instead")
-    acc = opmath(meta[0].dtype)
-    return _outs(meta, _sdpa(query.astype(acc), key.astype(acc), value.astype(acc), attn_mask, is_causal, scale))
-
-
-@lowers(aten._scaled_dot_product_flash_attention_for_cpu_backward.default)
-def _scaled_dot_product_flash_attention_for_cpu_backward(meta, grad_out, query, key, value, out, logsumexp,
-                                                         dropout_p, is_causal, *, attn_mask=None, scale=None):
-    acc = opmath(meta[0].dtype)
-    q, k, v, g = (t.astype(acc) for t in (query, key, value, grad_out))
-    grads = jax.vjp(lambda a, b, c: _sdpa(a, b, c, attn_mask, is_causal, scale)[0], q, k, v)[1](g)
-    return _outs(meta, grads)
 
 
 # ---------------------------------------------------------------- nn.MultiheadAttention fast path

@@ -18,7 +18,7 @@ from torchspmd.jax_setup import devices
 from torchspmd.lazy.handle import PENDING, PENDING_VIEWS
 from torchspmd.lazy.node import Node
 from torchspmd.lazy.provenance import is_recording, refuse_host_read
-from torchspmd.runtime import manual, memory, placement, transfer
+from torchspmd.runtime import hooks, manual, memory, placement, transfer
 from torchspmd.runtime.donation import lazy_donations
 from torchspmd.runtime.failure import FailedValue, is_failed, mark_failed
 from torchspmd.runtime.cache import LRU, programs_capacity_from_env
@@ -64,6 +64,7 @@ def sync(wait: bool = False) -> None:
     execute(sorted(wanted, key=lambda n: n.seq), wanted, successors(storages))
     if wait:
         wait_device_ops()
+    hooks.after_run(blocking=wait)
 
 
 def take_pending() -> tuple[list, list, list[tuple[Node, int]]]:

@@ -20,7 +20,7 @@ import jax
 
 from torchspmd.lazy.handle import PENDING, PENDING_VIEWS
 from torchspmd.lazy.node import Node
-from torchspmd.runtime import execute
+from torchspmd.runtime import execute, hooks
 
 __all__ = ["read"]
 
@@ -46,4 +46,6 @@ def read(values: list[tuple[Node, int]]) -> list[jax.Array]:
         # values are read (``failure``); work that did not run stays pending.
         PENDING.update(s for s in storages if not s.value[0].is_leaf)
         PENDING_VIEWS.update(h for h in views if h.pending_view_value() is not None)
-    return execute.materialize(list(values))
+    arrays = execute.materialize(list(values))
+    hooks.after_run(blocking=True)
+    return arrays

@@ -28,9 +28,10 @@ from typing import Any, Callable
 
 from torch.utils._pytree import tree_flatten, tree_map, tree_unflatten
 
+from torchspmd.device import index_checks
 from torchspmd.device.tensor import SpmdTensor
 from torchspmd.lazy.handle import Handle
-from torchspmd.runtime import execute
+from torchspmd.runtime import execute, hooks
 from torchspmd.runtime.cache import LRU
 from torchspmd.runtime.metrics import COUNTERS
 from torchspmd.step import optim
@@ -81,7 +82,7 @@ class CompiledStep:
                 else:
                     COUNTERS["step_replays"] += 1
                     self._last = plan
-                    return plan.write_back(run)
+                    return _checked(plan.write_back(run), plan.captured)
             COUNTERS[f"step_recaptures_{reason}"] += 1
         return self._capture(key, plan, args, kwargs, tensors)
 
@@ -94,6 +95,7 @@ class CompiledStep:
 
     def _capture(self, key, old: Plan | None, args, kwargs, tensors) -> Any:
         result, captured, undo = capture(self.fn, args, kwargs, tensors)
+        watched = result
         COUNTERS["step_captures"] += 1
         if old is not None and captured.graph is not None and old.key != captured.graph.key \
                 and self.check_every is not None and self._calls % self.check_every == 0:
@@ -109,7 +111,8 @@ class CompiledStep:
             COUNTERS["step_warmups"] += 1
             # Ran lazily: the values are pending, as on the lazy path (results detached, as
             # a replay's are).
-            return tree_map(lambda t: t.detach() if isinstance(t, SpmdTensor) else t, result)
+            return _checked(tree_map(lambda t: t.detach() if isinstance(t, SpmdTensor) else t, watched),
+                            captured)
         try:
             plan = Plan(captured)
             run = plan(tensors, first=True)
@@ -123,7 +126,7 @@ class CompiledStep:
         plans = [p for p in (self._plans.get(key) or []) if p is not old]
         self._plans[key] = [plan] + plans[:_PLANS_PER_SIGNATURE - 1]
         self._last = plan
-        return plan.write_back(run)
+        return _checked(plan.write_back(run), captured)
 
     @property
     def plans(self) -> int:
@@ -143,6 +146,16 @@ class CompiledStep:
         Example: ``step.memory_analysis().temp_size_in_bytes``.
         """
         return self._last.memory if self._last is not None else None
+
+
+def _checked(result_and_flag: tuple, captured) -> Any:
+    """The step's result; its index-range flag is read after a later run (or this one's,
+    if it is done by then) and raises there (``device/index_checks.py``)."""
+    result, flag = result_and_flag
+    if flag is not None:
+        index_checks.watch_tensor(flag, captured.index_messages, "a torchspmd.compile step")
+    hooks.after_run(blocking=False)
+    return result
 
 
 def _as_bases(args: tuple, kwargs: dict) -> tuple[tuple, dict, tuple]:

@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 
 from torch.utils._pytree import tree_flatten
 
+from torchspmd.device import index_checks
 from torchspmd.device.tensor import SpmdTensor
 from torchspmd.lazy import provenance
 from torchspmd.lazy.node import Node
@@ -54,6 +55,7 @@ class Captured:
     optimizers: list  # the optimizers the step reaches (their hyperparameters are checked)
     hyper: tuple = ()
     warmup: str = ""  # why this call cannot be replayed ("" when it can)
+    index_messages: list | None = None  # the step's index checks (``device/index_checks``)
     substitutions: dict = field(default_factory=dict)  # output index -> source index
     held_by: dict = field(default_factory=dict)  # storage -> the slot that held it
     filled: dict = field(default_factory=dict)  # slot -> the new tensor the step put there
@@ -96,7 +98,14 @@ def capture(fn, args: tuple, kwargs: dict,
     arg_storages = {t._h.storage: k for k, t in enumerate(tensors)}
     start = Node(None).seq  # nodes made from here on belong to the step
     with provenance.recording() as rec:
-        result = fn(*args, **kwargs)
+        outer = index_checks.take_flag()
+        try:
+            result = fn(*args, **kwargs)
+            flag = index_checks.take_flag()
+        finally:
+            index_checks.restore_flag(outer)
+    # The step's index-range flag is one more result: ``CompiledStep`` takes it off again.
+    result = (result, None if flag is None else flag.tensor)
     after = find_places(fn, args, kwargs)
     _check_rebinding(before)
     undo = Undo({st: rec.initial[st] for st in rec.written
@@ -106,6 +115,7 @@ def capture(fn, args: tuple, kwargs: dict,
     captured = Captured(None, [], [], [], spec, [None if isinstance(r, SpmdTensor) else r
                                                   for r in flat], after.optimizers,
                         optim.hyperparameters(after.optimizers))
+    captured.index_messages = None if flag is None else flag.messages
     captured.warmup = _first_use(before, after)
     if captured.warmup:
         return result, captured, undo
