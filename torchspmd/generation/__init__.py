@@ -2,7 +2,8 @@
 
 Modules, one idea each: ``buckets`` (the sizes prompts and caches are padded to),
 ``recompiles`` (counting and warning about loops that recompile), ``hf`` (the Hugging Face
-adaptation; the only module here that imports ``transformers``, on first use).
+adaptation) and ``hf_tp`` (Hugging Face tensor-parallel plans); nothing imports those
+two before first use, so ``import torchspmd`` never imports ``transformers``.
 
 Example::
 
@@ -29,5 +30,18 @@ def compile_generate(model, prompt_lengths=None, cache_multiple=None):
     return hf.compile_generate(model, prompt_lengths, cache_multiple)
 
 
-__all__ = ["compile_generate", "Buckets", "DEFAULT_PROMPT_LENGTHS", "DEFAULT_CACHE_MULTIPLE",
+def parallelize_hf(model, mesh, axis: str = "model"):
+    """See :func:`torchspmd.generation.hf_tp.parallelize_hf`: shard a Hugging Face model
+    over ``axis`` by its own ``base_model_tp_plan``.
+
+    Example::
+
+        >>> torchspmd.generation.parallelize_hf(model, torchspmd.Mesh(range(8), (8,), ("model",)))
+    """
+    from torchspmd.generation import hf_tp
+
+    return hf_tp.parallelize_hf(model, mesh, axis)
+
+
+__all__ = ["parallelize_hf", "compile_generate", "Buckets", "DEFAULT_PROMPT_LENGTHS", "DEFAULT_CACHE_MULTIPLE",
            "RecompileWarning", "RecompileWatch"]
