@@ -190,3 +190,16 @@ def test_fsdp_sharded_weights_generate_cpu_tokens():
 def test_gpt2_has_no_hf_tp_plan_and_says_what_to_do():
     with pytest.raises(ValueError, match="no base_model_tp_plan.*parallelize_module"):
         torchspmd.generation.parallelize_hf(tiny_gpt2(), tp_mesh())
+
+
+def test_prompt_bucket_longer_than_the_cache_would_be_gets_a_cache_that_holds_it():
+    # 5 tokens pad to 32; 5 + 3 tokens alone would round to a cache of 8.
+    cpu, model = on_device(tiny_llama, prompt_lengths=(4, 32), cache_multiple=8)
+    prompt = prompt_of(5)
+    tokens, m = generate(model, prompt, new_tokens=3)
+    assert torch.equal(tokens, generate(cpu, prompt, new_tokens=3)[0])
+    assert_one_program_per_token(m, 3)
+    with torch.no_grad():
+        out = model.generate(prompt.to(torchspmd.device()), max_new_tokens=3, do_sample=False,
+                             cache_implementation="static", return_dict_in_generate=True)
+    assert [layer.max_cache_len for layer in out.cache.layers] == [32, 32]

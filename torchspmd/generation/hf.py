@@ -96,6 +96,11 @@ class HFGeneration:
 
         args, kwargs = tree_map(to_host, (args, kwargs))
         self.prompt, self.cache = _Prompt(), None
+        ids = args[0] if args else kwargs.get("inputs", kwargs.get("input_ids"))
+        if isinstance(ids, torch.Tensor) and ids.ndim == 2:
+            # known before the cache is made, which must hold the padded prompt
+            self.prompt.length = ids.shape[1]
+            self.prompt.bucket = self.buckets.prompt(ids.shape[1])
         self.watch.start()
         try:
             result = self.original_generate(*args, **kwargs)
@@ -149,9 +154,11 @@ class HFGeneration:
         if self.prompt is None or args:
             return self.original_forward(*args, **kwargs)
         if not _static(cache):
-            return self._dynamic(kwargs)
+            return self._lazy(kwargs)  # shapes change every token: recompiles counted
         if not cache.is_initialized:
             return self._prefill(kwargs)
+        if kwargs.get("output_attentions") or kwargs.get("output_hidden_states"):
+            return self._lazy(kwargs)  # outputs the compiled decode step does not return
         return self._decode(kwargs)
 
     def _prefill(self, kwargs: dict):
@@ -184,7 +191,7 @@ class HFGeneration:
         # ``state`` holds the very tensors of ``self.cache``, which the model updates in place
         return self.original_forward(cache=self.cache, **kwargs).logits
 
-    def _dynamic(self, kwargs: dict):
+    def _lazy(self, kwargs: dict):
         before = COUNTERS["graphs_compiled"]
         out = self.original_forward(**kwargs)
         out.logits = out.logits[:, -1:].cpu()
