@@ -203,3 +203,10 @@ def test_prompt_bucket_longer_than_the_cache_would_be_gets_a_cache_that_holds_it
         out = model.generate(prompt.to(torchspmd.device()), max_new_tokens=3, do_sample=False,
                              cache_implementation="static", return_dict_in_generate=True)
     assert [layer.max_cache_len for layer in out.cache.layers] == [32, 32]
+
+
+def test_a_model_on_the_cpu_generates_as_without_compile_generate():
+    cpu, other = cpu_and_copy(tiny_llama)
+    torchspmd.generation.compile_generate(other.eval())
+    prompt = prompt_of(5)
+    assert torch.equal(generate(other, prompt)[0], generate(cpu.eval(), prompt)[0])

@@ -86,6 +86,8 @@ class HFGeneration:
     def generate(self, *args, **kwargs):
         """``model.generate`` with the loop's tensors on the host and the model on the device."""
         device = self.model.device
+        if device.type != "spmd":
+            return self.original_generate(*args, **kwargs)  # a model on another device
         on_device = [False]
 
         def to_host(t):
