@@ -210,3 +210,34 @@ def test_a_model_on_the_cpu_generates_as_without_compile_generate():
     torchspmd.generation.compile_generate(other.eval())
     prompt = prompt_of(5)
     assert torch.equal(generate(other, prompt)[0], generate(cpu.eval(), prompt)[0])
+
+
+def weight_copies(hlo: str, model) -> list[str]:
+    """Lines of ``hlo`` that copy or transpose an array shaped like a Linear weight, transposed."""
+    shapes = {f"f32[{i},{o}]" for m in model.modules() if isinstance(m, torch.nn.Linear)
+              for o, i in [tuple(m.weight.shape)]}
+    return [line for line in hlo.splitlines()
+            if (" copy(" in line or " transpose(" in line) and any(s in line for s in shapes)]
+
+
+def test_batch_one_decode_program_copies_no_weight(llama):
+    # XLA:CPU copies W transposed for a batch-1 `x @ W.T` every call (next test); while
+    # generating, Linears run as one einsum that contracts W in place.
+    cpu, model = llama
+    prompt = prompt_of(5, batch=1)
+    tokens, m = generate(model, prompt, new_tokens=3)
+    assert torch.equal(tokens, generate(cpu, prompt, new_tokens=3)[0])
+    assert weight_copies(model._torchspmd_generation.decode.optimized_hlo(), model) == []
+    # only while generating: afterwards the Linears are as they were
+    assert all("forward" not in m.__dict__ for m in model.modules() if isinstance(m, torch.nn.Linear))
+
+
+def test_xla_cpu_still_copies_the_transposed_weight_of_a_batch_one_matmul():
+    # Plain JAX: the reason for the einsum Linears above. When this fails, XLA:CPU folds the
+    # transpose into the dot: drop _einsum_linears from torchspmd/generation/hf.py.
+    import jax
+    import jax.numpy as jnp
+
+    x, w = jnp.zeros((1, 512), jnp.float32), jnp.zeros((1024, 512), jnp.float32)
+    hlo = jax.jit(lambda x, w: x @ w.T).lower(x, w).compile().as_text()
+    assert any(" copy(" in line and "f32[512,1024]" in line for line in hlo.splitlines())
