@@ -10,7 +10,7 @@ in between). Tokens arrive through a streamer on the HF side and as a read per t
 the JAX side, so both loops see every token on the host as it is made.
 
     python benchmarks/generate.py [--tokens 256] [--prompt 8] [--devices 1]
-        [--models tiny,large] [--einsum-linear] [--layers L --dim D]
+        [--models tiny,large] [--layers L --dim D]
 
 ``--devices N`` (N > 1) runs both torchspmd and JAX tensor-parallel over N CPU devices
 (HF's own ``base_model_tp_plan`` on torchspmd, the same partition of the same weights on
@@ -39,8 +39,6 @@ def parse(argv):
     parser.add_argument("--prompt", type=int, default=8)
     parser.add_argument("--devices", type=int, default=1)
     parser.add_argument("--models", default="tiny,large")
-    parser.add_argument("--einsum-linear", action="store_true",
-                        help="torchspmd.apply_xla_patch_to_nn_linear(model) before generating")
     parser.add_argument("--layers", type=int)
     parser.add_argument("--dim", type=int)
     return parser.parse_args(argv)
@@ -137,10 +135,6 @@ def run_model(label, shape, args) -> bool:
     if args.devices > 1:
         torchspmd.generation.parallelize_hf(model, torchspmd.Mesh(list(range(args.devices)),
                                                                   (args.devices,), ("model",)))
-    if args.einsum_linear:
-        # XLA:CPU copies W transposed for every batch-1 `x @ W.T` (plain JAX does too);
-        # einsum Linears contract W's last dim directly
-        torchspmd.apply_xla_patch_to_nn_linear(model)
     torchspmd.generation.compile_generate(model)
     device_prompt = prompt.to(torchspmd.device())
     torchspmd.sync()
@@ -169,8 +163,7 @@ def run_model(label, shape, args) -> bool:
     jax_ttft, jax_warm = rows[-1][3], rows[-1][4]
     print(f"\n{label}: Llama {shape[0]} layers, dim {shape[1]}, {shape[2]} heads "
           f"({shape[3]} kv), vocab {shape[4]}; prompt {args.prompt}, {args.tokens} greedy tokens, "
-          f"{args.devices} device(s){' (TP)' if args.devices > 1 else ''}"
-          f"{', einsum Linears' if args.einsum_linear else ''}")
+          f"{args.devices} device(s){' (TP)' if args.devices > 1 else ''}")
     print(f"{'system':<10} | programs | compile s | first token ms | warm ms/token | "
           f"vs JAX (ttft, warm) | tokens = CPU")
     for name, programs, compile_s, ttft, warm_ms, ok in rows:
