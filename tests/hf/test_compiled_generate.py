@@ -20,7 +20,7 @@ from tests.hf.models import VOCAB, cpu_and_copy, tiny_gpt2, tiny_llama
 NEW_TOKENS = 8
 
 
-def prompt_of(length: int, seed: int = 2, batch: int = 2) -> torch.Tensor:
+def prompt_of(length: int, seed: int = 2, batch: int = 1) -> torch.Tensor:
     return torch.randint(3, VOCAB, (batch, length), generator=torch.Generator().manual_seed(seed))
 
 
@@ -160,7 +160,7 @@ def gpt2_tp():
 @pytest.mark.parametrize("sample", [False, True], ids=["greedy", "sampled"])
 def test_tensor_parallel_generate_matches_cpu_one_program_per_token(name, sample, request):
     cpu, model = request.getfixturevalue(name)
-    prompt = prompt_of(5)
+    prompt = prompt_of(5, batch=2)
     tokens, m = generate(model, prompt, sample=sample, seed=3)
     assert torch.equal(tokens, generate(cpu, prompt, sample=sample, seed=3)[0])
     assert_one_program_per_token(m)
@@ -181,7 +181,7 @@ def test_fsdp_sharded_weights_generate_cpu_tokens():
     SpmdFullyShardedDataParallel(model, mesh=torchspmd.Mesh(list(range(8)), (8,), ("fsdp",)))
     assert "devices=[" in torchspmd.get_sharding(model.model.layers[0].mlp.up_proj.weight)
     torchspmd.generation.compile_generate(model)
-    prompt = prompt_of(5)
+    prompt = prompt_of(5, batch=2)
     tokens, m = generate(model, prompt)
     assert torch.equal(tokens, generate(cpu.eval(), prompt)[0])
     assert_one_program_per_token(m)
@@ -224,9 +224,9 @@ def test_batch_one_decode_program_copies_no_weight(llama):
     # XLA:CPU copies W transposed for a batch-1 `x @ W.T` every call (next test); while
     # generating, Linears run as one einsum that contracts W in place.
     cpu, model = llama
-    prompt = prompt_of(5, batch=1)
-    tokens, m = generate(model, prompt, new_tokens=3)
-    assert torch.equal(tokens, generate(cpu, prompt, new_tokens=3)[0])
+    prompt = prompt_of(5)
+    tokens, m = generate(model, prompt)
+    assert torch.equal(tokens, generate(cpu, prompt)[0])
     assert weight_copies(model._torchspmd_generation.decode.optimized_hlo(), model) == []
     # only while generating: afterwards the Linears are as they were
     assert all("forward" not in m.__dict__ for m in model.modules() if isinstance(m, torch.nn.Linear))
