@@ -27,6 +27,7 @@ register()
 from torchspmd.step import compile  # noqa: E402  (torchspmd.compile)
 import torchspmd.debug  # noqa: E402,F401  (torchspmd.debug.metrics_report() etc.)
 import torchspmd.distributed  # noqa: E402,F401  (torchspmd.distributed.initialize() etc.)
+import torchspmd.generation  # noqa: E402,F401  (compile_generate; transformers on first use)
 from torchspmd.interop import call_jax  # noqa: E402
 from torchspmd.parallel.scan import scan_layers  # noqa: E402
 

@@ -8,6 +8,7 @@ COUNTERS: dict[str, float] = {}
 
 def reset() -> None:
     """Zero every counter. Example: ``reset(); ...; metrics()["graphs_compiled"]``."""
+    COUNTERS.clear()  # counters named at run time (generate_recompiles_<input>) go too
     COUNTERS.update(
         graphs_compiled=0,  # XLA compilations (a new graph, or new input shardings)
         cache_hits=0,  # syncs whose graph was already compiled
@@ -35,6 +36,9 @@ def reset() -> None:
         # pass ownership's self-test (``torchspmd.runtime.ownership.COUNTING.reason``)
         donation_disabled=0,
         scan_body_traces=0,  # scan_layers: a recorded layer replayed while JAX traces a scan
+        # generation: model calls of a decoding loop that compiled again (and, named
+        # generate_recompiles_<input>, per input whose shape changed)
+        generate_recompiles=0,
     )
 
 

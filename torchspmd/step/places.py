@@ -133,7 +133,10 @@ def _visit(obj, places: Places, seen: set[int], depth: int) -> None:
     seen.add(id(obj))
     if isinstance(obj, torch.Tensor):
         if isinstance(obj, SpmdTensor):
-            places.held.setdefault(_place(obj, "grad", False), obj.grad)
+            # backward fills .grad of leaves (and of retain_grad tensors) only; reading it
+            # on another tensor makes PyTorch warn
+            grad = obj.grad if obj.is_leaf or obj.retains_grad else None
+            places.held.setdefault(_place(obj, "grad", False), grad)
         return
     if isinstance(obj, torch.nn.Module):
         _visit_module(obj, places, seen, depth)
