@@ -87,6 +87,18 @@ def test_static_cache_generate_matches_cpu_one_program_per_token(name, sample, r
     assert m["graphs_compiled"] <= 2
 
 
+@pytest.mark.parametrize("cache", ["static", "dynamic"])
+def test_a_left_padded_batch_generates_cpu_tokens(llama, cache):
+    """A row whose mask starts with zeros: its padding's attention rows are fully masked
+    (they were NaN on the device before those rows took CPU's values)."""
+    cpu, model = llama
+    prompt = prompt_of(9, seed=4, batch=2)
+    mask = torch.ones_like(prompt)
+    mask[0, :3] = 0
+    tokens = generate(model, prompt, new_tokens=3, cache=cache, mask=mask)[0]
+    assert torch.equal(tokens, generate(cpu, prompt, new_tokens=3, cache=cache, mask=mask)[0])
+
+
 def test_sampling_with_a_fixed_seed_reproduces(llama):
     _, model = llama
     prompt = prompt_of(5)
