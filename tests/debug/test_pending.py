@@ -93,7 +93,8 @@ def test_a_sub_mesh_intermediate_reports_the_sub_meshs_real_ids():
     sub = Mesh([5, 4, 7, 6], (4,), ("x",))
     x = torch.randn(8, 4).to(DEV)
     mark_sharding(x, sub, ("x", None))
-    assert propagated_shardings([x * 2]) == ["{devices=[4,1]5,4,7,6}"]
+    # Over the sub-mesh's devices in id order: the layout XLA is given (xla_shardings).
+    assert propagated_shardings([x * 2]) == ["{devices=[4,1]4,5,6,7}"]
 
 
 def test_tensors_on_two_device_sets_are_refused_with_the_fix():

@@ -249,7 +249,9 @@ def test_mixing_two_sub_meshes_names_both_device_sets_and_the_fix(when):
     with pytest.raises(MeshMismatchError) as info:
         (a @ b).cpu()
     message = str(info.value)
-    assert "[0, 1]" in message and "[3, 2]" in message
+    # Device data is stored over its devices in id order (xla_shardings), pending marks
+    # name the mesh's order: either way, both device sets.
+    assert "[0, 1]" in message and ("[3, 2]" in message or "[2, 3]" in message)
     assert "clear_sharding" in message and "mark_sharding" in message
     assert isinstance(info.value, RuntimeError)
 

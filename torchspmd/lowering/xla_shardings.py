@@ -11,15 +11,26 @@ constraints in the graph and in-place re-annotations all go through it.
 **Device order.** One XLA program has one device assignment, while a mesh may list its
 devices in any order (``Mesh([1, 0, 2, ...])``, ``HybridMesh``, TPU topology order), and
 two meshes over the same devices may order them differently. Every program therefore
-runs over its devices in increasing id order, and every sharding it sees is re-expressed
-over that order by :func:`in_id_order`, keeping which device holds which block (the
-mesh's order goes into Shardy's logical device ids). Re-expressing an array moves no
-data. Placement compares device *sets*; layouts keep their order.
+runs over its devices in increasing id order, and XLA is only ever given layouts whose
+tile assignment is an iota over that order (:func:`in_id_order`): a permuted mesh's
+layout goes to XLA as the same spec over the mesh's devices in id order. XLA miscompiles
+a tiled operand whose tile assignment is any other permutation of the program's devices
+(a wrong gradient of ``x @ w.T``, Shardy and GSPMD alike;
+``tests/lowering/test_xla_permuted_tiles.py`` keeps the plain-JAX repro), so expressing
+a permuted layout over id order with Shardy's logical device ids is not an option.
+
+The data of a tensor annotated on a permuted mesh is therefore *stored* as if its mesh
+were in id order: its annotation (``get_sharding``, ``sharding_spec``, ``local_shards``
+and their device ids) keeps the user's mesh, but device ``mesh.device_ids[i]`` need not
+hold the block of mesh position ``i`` (``local_shards`` cuts such shards from the whole
+value). Uploads and reshards place data in id order directly, so a permuted mesh costs a
+move only for arrays laid out elsewhere (by JAX or ``call_jax``). Placement compares
+device *sets*; annotations keep their order.
 
 Example::
 
     placement_for(NamedSharding(mesh_of_2, P("x")), (3,))     # replicated on mesh_of_2
-    in_id_order(NamedSharding(Mesh([1, 0]), P("x")), 1)       # devices 0, 1; same blocks
+    in_id_order(NamedSharding(Mesh([1, 0]), P("x")), 1)       # P("x") over devices 0, 1
 """
 
 from __future__ import annotations
@@ -34,7 +45,7 @@ from jax.sharding import NamedSharding, PartitionSpec
 from torchspmd.lowering import jax_private
 
 __all__ = ["is_divisible", "replicated", "replicated_over", "placement_for", "constraint_for",
-           "in_id_order", "is_in_id_order", "mesh_in_id_order"]
+           "in_id_order", "is_in_id_order", "mesh_in_id_order", "holds_same_blocks"]
 
 
 def is_divisible(sharding: jax.sharding.Sharding, shape: tuple[int, ...]) -> bool:
@@ -90,14 +101,17 @@ def is_in_id_order(sharding: jax.sharding.Sharding, ndim: int) -> bool:
 
 @functools.lru_cache(maxsize=4096)
 def in_id_order(sharding: jax.sharding.Sharding, ndim: int) -> jax.sharding.Sharding:
-    """``sharding``'s layout over its devices in increasing id order (itself if it is).
+    """The layout XLA is given for ``sharding``: over its devices in increasing id order,
+    its tile assignment an iota over them (``sharding`` itself if it is one already).
 
-    Each device keeps the block it holds; the original order becomes Shardy's logical
-    device ids. Shardings XLA chose for a program's outputs (``GSPMDSharding`` with an
-    arbitrary device list) come back as ``NamedSharding``s too, which Shardy accepts.
+    A permuted mesh's layout becomes the same spec over the mesh in id order, and a layout
+    XLA chose with another tile order (a ``GSPMDSharding``) the same tiling over the devices
+    in id order: devices may then hold other blocks (:func:`holds_same_blocks` says whether
+    the data must move). Never Shardy's logical device ids: XLA miscompiles them (see the
+    module docstring).
 
     >>> in_id_order(NamedSharding(Mesh([1, 0]), PartitionSpec("x")), 1)  # doctest: +SKIP
-    NamedSharding(mesh=Mesh('_0': 2), spec=P('_0',), logical_device_ids=(1, 0))
+    NamedSharding(mesh=Mesh('x': 2), spec=P('x',))           # over devices 0, 1
     """
     devices = jax_private.device_assignment(sharding)
     logical = jax_private.logical_device_ids(sharding)
@@ -107,17 +121,25 @@ def in_id_order(sharding: jax.sharding.Sharding, ndim: int) -> jax.sharding.Shar
         if devices == ordered and (plain or not isinstance(sharding, NamedSharding)):
             return sharding
         return replicated_over(ordered)
-    position = {d: i for i, d in enumerate(ordered)}
     if isinstance(sharding, NamedSharding) and isinstance(sharding.mesh, jax.sharding.Mesh):
         if devices == ordered and logical is None:
             return sharding
-        mesh = sharding.mesh
-        holders = mesh.devices.flat if logical is None else [devices[i] for i in logical]
-        grid = jax.sharding.Mesh(_device_grid(ordered, mesh.axis_sizes), mesh.axis_names,
-                                 axis_types=mesh.axis_types)
-        return jax_private.named_sharding(grid, sharding.spec, sharding.memory_kind,
-                                          tuple(position[d] for d in holders))
-    return _from_hlo(sharding, ndim, devices, ordered, position)
+        return NamedSharding(mesh_in_id_order(sharding.mesh), sharding.spec,
+                             memory_kind=sharding.memory_kind)
+    return _from_hlo(sharding, ndim, devices, ordered)
+
+
+@functools.lru_cache(maxsize=4096)
+def holds_same_blocks(a: jax.sharding.Sharding, b: jax.sharding.Sharding,
+                      shape: tuple[int, ...]) -> bool:
+    """Whether every device holds the same block of a ``shape`` array under ``a`` and ``b``
+    (then one's buffers serve as the other's without a copy).
+
+    >>> holds_same_blocks(NamedSharding(Mesh([1, 0]), P("x")),
+    ...                   NamedSharding(Mesh([0, 1]), P("x")), (2,))  # doctest: +SKIP
+    False
+    """
+    return a.devices_indices_map(tuple(shape)) == b.devices_indices_map(tuple(shape))
 
 
 def mesh_in_id_order(mesh: jax.sharding.Mesh) -> jax.sharding.Mesh:
@@ -135,8 +157,9 @@ def mesh_in_id_order(mesh: jax.sharding.Mesh) -> jax.sharding.Mesh:
                              axis_types=mesh.axis_types)
 
 
-def _from_hlo(sharding, ndim: int, devices: tuple, ordered: tuple, position: dict):
-    """Any tiled sharding as a ``NamedSharding`` over ``ordered``: one mesh axis per tile dim."""
+def _from_hlo(sharding, ndim: int, devices: tuple, ordered: tuple):
+    """Any tiled sharding's tiling as a ``NamedSharding`` over ``ordered``, tiles in device
+    order (an iota): one mesh axis per tile dim."""
     tiles = jax_private.tile_layout(sharding, ndim)
     if devices == ordered and not isinstance(sharding, NamedSharding) and tiles.iota:
         return sharding  # Shardy converts iota tile assignments itself
@@ -148,9 +171,7 @@ def _from_hlo(sharding, ndim: int, devices: tuple, ordered: tuple, position: dic
     names = tuple(f"_tile{i}" for i in range(len(dims)))
     grid = jax.sharding.Mesh(_device_grid(ordered, dims), names)
     spec = PartitionSpec(*[names[i] if dims[i] > 1 else None for i in range(ndim)])
-    holders = [devices[p] for p in tiles.devices]
-    return jax_private.named_sharding(grid, spec, sharding.memory_kind,
-                                      tuple(position[d] for d in holders))
+    return NamedSharding(grid, spec, memory_kind=sharding.memory_kind)
 
 
 def _replicated_last(tiles: jax_private.TileLayout) -> bool:

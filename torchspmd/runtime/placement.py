@@ -7,9 +7,9 @@ Two different device sets in one computation are refused: which one the user mea
 theirs to say (reshard with ``mark_sharding`` or ``annotate_custom_sharding``).
 
 Placement compares device *sets*. A program runs over its devices in increasing id
-order; inputs laid out over another order of the same devices (a permuted mesh, or an
-array XLA laid out for another program) are re-expressed over that order without a copy
-(``xla_shardings.in_id_order``).
+order, its inputs tiled as an iota over that order (``xla_shardings.in_id_order``); an
+input laid out otherwise (by JAX, or ``call_jax``) is re-expressed without a copy where
+every device keeps its block, and moved device to device where not.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ import functools
 import jax
 
 from torchspmd.jax_setup import device_id, devices
-from torchspmd.lowering.xla_shardings import in_id_order
+from torchspmd.lowering.xla_shardings import holds_same_blocks, in_id_order
 from torchspmd.lowering import jax_private
 from torchspmd.runtime import transfer
 from torchspmd.runtime.ownership import note_shared
@@ -117,13 +117,16 @@ def place(array: jax.Array, ids: tuple[int, ...]) -> jax.Array:
 
 
 def in_id_order_array(array: jax.Array) -> jax.Array:
-    """``array`` laid out as before, its sharding over its devices in id order (no copy)."""
+    """``array`` laid out as a program over its devices takes it (``in_id_order``): the
+    same buffers where each device keeps its block, else moved device to device."""
     sharding = in_id_order(array.sharding, array.ndim)
     # ``in_id_order`` is cached: it returns the first of equal shardings it saw, so an
     # array already in id order usually has an equal sharding, not the same object.
     if sharding is array.sharding or sharding == array.sharding:
         return array
-    return _relabel(array, sharding)
+    if holds_same_blocks(array.sharding, sharding, tuple(array.shape)):
+        return _relabel(array, sharding)
+    return transfer.reshard(array, sharding)
 
 
 def _relabel(array: jax.Array, sharding: jax.sharding.Sharding) -> jax.Array:

@@ -22,7 +22,7 @@ import torch
 from jax.sharding import NamedSharding, PartitionSpec
 
 from torchspmd.jax_setup import devices
-from torchspmd.lowering.xla_shardings import placement_for, replicated_over
+from torchspmd.lowering.xla_shardings import constraint_for, replicated_over
 from torchspmd.lowering import jax_private
 from torchspmd.runtime.ownership import note_shared
 from torchspmd.runtime.metrics import COUNTERS
@@ -60,9 +60,9 @@ def upload(host: np.ndarray, sharding: jax.sharding.Sharding | None = None) -> j
 
     Each device receives only its own shard, and each process sends only the shards of
     its own devices. Data annotated with an uneven sharding goes replicated on its
-    devices (``placement_for``).
+    devices (``placement_for``), over its devices in id order (``in_id_order``).
     """
-    placed = replicated() if sharding is None else placement_for(sharding, host.shape)
+    placed = replicated() if sharding is None else constraint_for(sharding, host.shape)
     if host.dtype.kind in "biufc":
         array = _put_shards(host, placed)
     else:
