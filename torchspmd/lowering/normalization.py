@@ -138,3 +138,17 @@ def native_batch_norm_backward(meta, grad_out, input, weight, running_mean, runn
     gx = g if weight is None else g * weight.astype(acc).reshape(shape)
     gi = _normalize_backward(gx, xhat, invstd, axes) if train else gx * invstd
     return _outs(meta, (gi, jnp.sum(g * xhat, axes), jnp.sum(g, axes)))
+
+
+@lowers(aten._weight_norm_interface_backward.default)
+def _weight_norm_interface_backward(meta, grad_w, saved_v, saved_g, saved_norms, dim):
+    """Gradients of ``w = v * g / ||v||`` (norm over every dim but ``dim``): d(v), d(g).
+
+    ``saved_norms`` has ``g``'s keepdim shape, so it broadcasts against ``v``.
+    """
+    acc = opmath(saved_v.dtype)
+    gw, v, g, norms = (t.astype(acc) for t in (grad_w, saved_v, saved_g, saved_norms))
+    axes = tuple(a for a in range(v.ndim) if a != dim % v.ndim)
+    per_dim = jnp.sum(gw * v, axes, keepdims=True)
+    grad_v = (g / norms) * (gw - v * (per_dim / (norms * norms)))
+    return _outs(meta, (grad_v, per_dim / norms))
