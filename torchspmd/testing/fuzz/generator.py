@@ -13,12 +13,14 @@ from __future__ import annotations
 
 import math
 import random
+import textwrap
 from dataclasses import dataclass
 
 import torch
 
-from torchspmd.testing.fuzz import ops
-from torchspmd.testing.fuzz.runner import CpuCalls, data
+from torchspmd.testing.fuzz import flow, ops
+from torchspmd.testing.fuzz.calls import CpuCalls, data
+from torchspmd.testing.fuzz.training import training_program
 
 N_DEVICES = 8
 DTYPES = (torch.float32, torch.int64, torch.bfloat16)
@@ -179,6 +181,32 @@ class Builder:
             self.marked.add(name)
 
 
+# How often a program trains a model rather than chaining ops.
+TRAINING_SHARE = 0.2
+
+
+def _draw_line(b: Builder, rng: random.Random, in_loop: bool = False) -> None:
+    """One drawn line of an op program: an op, a sharding call, or what users do around
+    them (a read, a manual region, a loop, a checkpoint, an error followed by more work)."""
+    choice = rng.random()
+    if choice < 0.25:
+        b.sharding_call()
+    elif choice < 0.32:
+        flow.read(b)
+    elif choice < 0.37:
+        flow.manual(b)
+    elif choice < 0.41 and not in_loop:
+        flow.loop(b, lambda: _draw_line(b, rng, in_loop=True))
+    elif choice < 0.43 and not in_loop:
+        flow.checkpoint(b)
+    elif choice < 0.445:
+        flow.attempt(b)
+    elif choice < 0.455 and not in_loop:
+        flow.out_of_memory(b)
+    else:
+        ops.random_op(b)
+
+
 def generate(seed: int, index: int) -> Program:
     """The ``index``-th program of the run seeded ``seed`` (a pure function of both)."""
     rng = random.Random(seed * 1_000_003 + index)
@@ -196,15 +224,15 @@ def generate(seed: int, index: int) -> Program:
         b.meshes.append(_mesh("m1", ids, rng))
     for m in b.meshes:
         b.emit(f"{m.name} = xs.Mesh({m.ids}, {m.shape}, {m.names!r})")
-    for _ in range(rng.randint(1, 3)):
-        b.fresh()
-    for _ in range(rng.randint(5, 18)):
-        if rng.random() < 0.3:
-            b.sharding_call()
-        else:
-            ops.random_op(b)
+    if rng.random() < TRAINING_SHARE:
+        training_program(b, rng)
+    else:
+        for _ in range(rng.randint(1, 3)):
+            b.fresh()
+        for _ in range(rng.randint(5, 18)):
+            _draw_line(b, rng)
     names = b.tensors()
-    body = "\n".join("    " + line for line in b.lines)
+    body = textwrap.indent("\n".join(b.lines), "    ")
     result = ", ".join(f"{n!r}: {n}" for n in names)
     source = f"def program(dev, xs):\n{body}\n    return {{{result}}}\n"
     return Program(seed, index, source, mixes)
