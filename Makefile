@@ -4,7 +4,7 @@ PY := $(VENV)/bin/python
 # Two workers fit this 2-core machine; JAX gets 8 CPU devices in each.
 PYTEST_ARGS ?= -n 2
 
-.PHONY: demo test setup bench fuzz clean
+.PHONY: demo test docs setup bench fuzz clean
 
 $(VENV)/.installed: pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)
@@ -21,6 +21,11 @@ demo: setup
 
 test: setup
 	$(PY) -m pytest $(PYTEST_ARGS) tests
+
+# The documentation site (docs/, mkdocs.yml), offline and strict: a broken link or
+# reference fails the build.
+docs: setup
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --quiet
 
 bench: setup
 	$(PY) benchmarks/trace_overhead.py

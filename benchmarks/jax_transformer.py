@@ -53,15 +53,22 @@ def _attention(q, k, v):
 
 
 def _block(params, prefix, x, heads):
+    """One ``Block``; without ``qkv`` weights (``attention=False``) its MLP only."""
     b, t, d = x.shape
+    if f"{prefix}.qkv.weight" not in params:
+        return x + _mlp(params, prefix, x)
     qkv = _linear(params, f"{prefix}.qkv", _layer_norm(params, f"{prefix}.norm1", x))
     q, k, v = (z.reshape(b, t, heads, d // heads).transpose(0, 2, 1, 3)
                for z in jnp.split(qkv, 3, axis=-1))
     attn = _attention(q, k, v).transpose(0, 2, 1, 3).reshape(b, t, d)
     x = x + _linear(params, f"{prefix}.proj", attn)
+    return x + _mlp(params, prefix, x)
+
+
+def _mlp(params, prefix, x):
     h = _linear(params, f"{prefix}.up", _layer_norm(params, f"{prefix}.norm2", x))
     # F.gelu's default is the exact (erf) form, not the tanh approximation.
-    return x + _linear(params, f"{prefix}.down", jax.nn.gelu(h, approximate=False))
+    return _linear(params, f"{prefix}.down", jax.nn.gelu(h, approximate=False))
 
 
 def layer_count(params) -> int:

@@ -33,7 +33,8 @@ WEIGHT_DECAY = 0.1
 def build_model(args) -> TinyTransformer:
     torch.manual_seed(0)
     return TinyTransformer(vocab=args.vocab, dim=args.dim, heads=args.heads,
-                           layers=args.layers, seq=args.seq)
+                           layers=args.layers, seq=args.seq,
+                           attention=getattr(args, "attention", True))
 
 
 def lr_at(step: int, total: int) -> float:
@@ -197,6 +198,30 @@ def jax_compiled(jax_step):
 def jax_collectives(jax_step) -> dict[str, int]:
     """Collectives in JAX's compiled step."""
     return collectives(jax_compiled(jax_step).as_text())
+
+
+# --- timing ----------------------------------------------------------------------------
+
+def run_interleaved(trainers: dict, data: list, warmup: int, steps: int) -> dict:
+    """Run every trainer's step ``warmup + steps`` times, alternating between trainers.
+
+    Alternating step by step (not one side after the other) makes both sides see the
+    same background load, so their ratio holds up on a busy machine. Returns, per name,
+    the losses of all steps and the wall times of the timed ones.
+    """
+    out = {name: {"losses": [], "times": []} for name in trainers}
+    marks = {}
+    for i, (x, y) in enumerate(data[: warmup + steps]):
+        if i == warmup:
+            marks = torchspmd.metrics()
+        for name, step in trainers.items():
+            start = time.perf_counter()
+            out[name]["losses"].append(step(i, x, y))
+            if i >= warmup:
+                out[name]["times"].append(time.perf_counter() - start)
+    after = torchspmd.metrics()
+    out["counters"] = {k: after[k] - marks.get(k, 0) for k in after}
+    return out
 
 
 def peak_bytes(memory) -> int | None:

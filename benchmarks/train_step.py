@@ -70,7 +70,6 @@ import cProfile  # noqa: E402
 import pstats  # noqa: E402
 import resource  # noqa: E402
 import statistics  # noqa: E402
-import time  # noqa: E402
 
 import jax  # noqa: E402
 import torch  # noqa: E402
@@ -84,7 +83,8 @@ from torchspmd.testing.models import batches  # noqa: E402
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from bench_layouts import STRATEGIES, Layout  # noqa: E402
 from step_trainers import (build_model, compiled_trainer, jax_collectives,  # noqa: E402
-                           jax_compiled, jax_trainer, peak_bytes, torchspmd_trainer)
+                           jax_compiled, jax_trainer, peak_bytes, run_interleaved,
+                           torchspmd_trainer)
 
 LOSS_RTOL = 1e-4
 LOSSES_COMPARED = 5
@@ -154,28 +154,6 @@ def print_profile(profiler: cProfile.Profile, steps: int, top: int) -> None:
 
 
 # --- timing and report ---------------------------------------------------------------
-
-def run_interleaved(trainers: dict, data: list, warmup: int, steps: int) -> dict:
-    """Run every trainer's step ``warmup + steps`` times, alternating between trainers.
-
-    Alternating step by step (not one side after the other) makes both sides see the
-    same background load, so their ratio holds up on a busy machine. Returns, per name,
-    the losses of all steps and the wall times of the timed ones.
-    """
-    out = {name: {"losses": [], "times": []} for name in trainers}
-    marks = {}
-    for i, (x, y) in enumerate(data[: warmup + steps]):
-        if i == warmup:
-            marks = torchspmd.metrics()
-        for name, step in trainers.items():
-            start = time.perf_counter()
-            out[name]["losses"].append(step(i, x, y))
-            if i >= warmup:
-                out[name]["times"].append(time.perf_counter() - start)
-    after = torchspmd.metrics()
-    out["counters"] = {k: after[k] - marks.get(k, 0) for k in after}
-    return out
-
 
 def peak_rss_mib() -> float:
     # ru_maxrss is in KiB on Linux; it is the peak of the whole process (both sides).

@@ -1,4 +1,4 @@
-"""Out-of-range indices (README "Rules"): XLA clamps or drops them; checked mode raises as CPU.
+"""Out-of-range indices (docs/concepts/rules.md): XLA clamps or drops them; checked mode raises as CPU.
 
 ``torchspmd.debug.check_indices(True)`` (or ``TORCHSPMD_CHECK_INDICES=1``) makes each
 indexing op raise CPU PyTorch's exception for the first index out of range.

@@ -86,3 +86,9 @@ def spawn(script: Path, *args: str, nproc: int = 2, timeout: float = 120,
     port = free_port_pair()
     commands = [[sys.executable, str(script), str(port), str(rank), *args] for rank in range(nproc)]
     return _run_bounded(commands, child_env(**env), timeout)
+
+
+def run(command: list[str], timeout: float = 240, **env: str) -> Finished:
+    """One process of ``command`` (a list, ``sys.executable`` first), killed past ``timeout``."""
+    (finished,) = _run_bounded([command], child_env(**env), timeout)
+    return finished

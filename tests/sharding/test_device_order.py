@@ -1,4 +1,4 @@
-"""Meshes over devices in any order (README "Rules"): placement compares device sets.
+"""Meshes over devices in any order (docs/concepts/rules.md): placement compares device sets.
 
 A program runs over its devices in id order; a permuted mesh's layout is re-expressed over
 that order without moving data, so tensors on meshes that order the same devices

@@ -1,4 +1,4 @@
-"""Uneven shardings (README "Rules"): kept as the tensor's annotation, replicated for XLA.
+"""Uneven shardings (docs/concepts/rules.md): kept as the tensor's annotation, replicated for XLA.
 
 XLA's partitioner miscompiles a dynamic-update-slice under a constraint whose dim its
 mesh axes do not divide (issue 9 §1). Every route by which an uneven annotation could

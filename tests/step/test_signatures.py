@@ -103,3 +103,27 @@ def test_an_argument_updated_in_place_is_updated_for_the_caller():
         scale_(t)
     for i, t in enumerate(tensors):
         torch.testing.assert_close(t.cpu(), torch.full((2,), 3.0 * i))
+
+
+def _host_tensor_marked(mesh, spec):
+    t = torch.randn(8, 8).to(DEVICE)  # host data until first used
+    xs.mark_sharding(t, mesh, spec)
+    return t
+
+
+def test_a_host_tensors_signature_holds_its_sharding_by_value():
+    # Keyed by value, not by id(): an id is reused once its sharding is collected, and a
+    # stale plan must never match another sharding that happens to get it.
+    from torchspmd.step.signature import signature
+
+    mesh = xs.Mesh(np.arange(8), (8,), ("a",))
+    a = _host_tensor_marked(mesh, ("a", None))
+    same = _host_tensor_marked(xs.Mesh(np.arange(8), (8,), ("a",)), ("a", None))
+    other = _host_tensor_marked(mesh, (None, "a"))
+    assert a._h.value()[0].host is not None  # the case keyed by the leaf's own sharding
+    key_a, _ = signature((a,), {}, None)
+    key_same, _ = signature((same,), {}, None)
+    key_other, _ = signature((other,), {}, None)
+    assert a._h.value()[0].sharding is not same._h.value()[0].sharding
+    assert key_a == key_same and hash(key_a) == hash(key_same)
+    assert key_a != key_other

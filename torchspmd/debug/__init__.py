@@ -9,6 +9,7 @@ Example::
     d.visualize_tensor_sharding(x)
     d.collectives()                 # collectives in the latest executed program
     d.copied_arguments()            # arguments it copies (a donated buffer not reused)
+    print(d.compare_programs(step, jax_fn, *args))  # a compiled step's size next to JAX's
     d.metrics_report()
 """
 
@@ -20,13 +21,16 @@ import rich.table
 from torchspmd.debug.describe import tensor_debug_info
 from torchspmd.debug.hlo import collectives, copied_arguments, last_hlo
 from torchspmd.debug.pending import pending_hlo, propagated_shardings
+from torchspmd.debug.program_size import (ProgramComparison, ProgramSize, compare_programs,
+                                           program_size)
 from torchspmd.device import bounds
 from torchspmd.debug.visualize import visualize_sharding
 from torchspmd.runtime.metrics import metrics
 from torchspmd.sharding.api import get_sharding
 
 __all__ = ["visualize_sharding", "visualize_tensor_sharding", "last_hlo", "collectives",
-           "copied_arguments", "metrics_report", "check_indices", "pending_hlo", "propagated_shardings",
+           "copied_arguments", "compare_programs", "program_size", "ProgramSize",
+           "ProgramComparison", "metrics_report", "check_indices", "pending_hlo", "propagated_shardings",
            "tensor_debug_info", "_get_xla_tensors_hlo", "_get_xla_tensor_debug_info"]
 
 # PyTorch/XLA's names (``torch_xla._XLAC``), so debugging code ports unchanged.

@@ -153,6 +153,48 @@ def register() -> None:
         foreach_types.append(SpmdTensor)
 
 
+_ALIASES: dict[str, torch.library.Library] = {}  # dispatch key -> its registrations
+
+
+def _one_device(kernel):
+    """``kernel`` behind a check that the aliased device's index is 0 (or none)."""
+    def checked(*args, **kwargs):
+        index = torch.device(kwargs["device"]).index if kwargs.get("device") is not None else None
+        if index not in (None, 0):
+            raise RuntimeError(
+                f"torchspmd: {kwargs['device']} names device {index}; there is one spmd device, "
+                f"spmd:0, spanning every physical device. Use a Mesh to place work on some "
+                f"of them.")
+        return kernel(*args, **{**kwargs, "device": None})
+    return checked
+
+
+def register_device_alias(dispatch_key: str) -> None:
+    """Make factories and copies that name another device type allocate spmd tensors.
+
+    For ``"XLA"``: ``torch.zeros(3, device="xla")`` and ``t.to("xla:0")`` give tensors on
+    ``spmd:0``. (A bare ``"xla"`` in ``torch.tensor(..., device=)`` or ``t.to()`` needs a
+    device guard PyTorch keeps for its own backends; ``torchspmd.compat`` rewrites those.)
+
+    Example::
+
+        >>> register_device_alias("XLA")
+        >>> torch.zeros(2, device="xla:0").device
+        device(type='spmd', index=0)
+    """
+    register()
+    if dispatch_key in _ALIASES:
+        return
+    library = torch.library.Library("aten", "IMPL")
+    library.impl("empty.memory_format", _one_device(_empty), dispatch_key)
+    library.impl("empty_strided", _one_device(_empty_strided), dispatch_key)
+    library.impl("_copy_from", _copy_from, dispatch_key)
+    for op in _factory_ops():
+        library.impl(op._schema.name.split("::")[-1] + _overload_suffix(op),
+                     _one_device(_record_factory(op)), dispatch_key)
+    _ALIASES[dispatch_key] = library
+
+
 def device() -> torch.device:
     """The spmd device: one virtual device spanning all physical devices.
 

@@ -6,8 +6,8 @@ from torchspmd.lowering import (activations, annotations, barrier, bessel,  # no
                                 normalization, order_statistics, orthogonal_polynomials, pool3d,
                                 random, reductions, shape, sized, solvers, special, unary,
                                 upsample, zeta)
-from torchspmd.lowering import (fractional_pool, histograms, margin_losses,  # noqa: F401
-                                segments)
+from torchspmd.lowering import (fractional_pool, grouped_mm, histograms,  # noqa: F401
+                                margin_losses, segments)
 from torchspmd.lowering.registry import LOWERINGS, RANDOM_OPS, lowers
 
 __all__ = ["LOWERINGS", "RANDOM_OPS", "lowers"]

@@ -30,6 +30,9 @@ import jax
 import numpy as np
 from jax.sharding import NamedSharding, PartitionSpec
 
+# The one module that reads JAX's private names (it imports nothing from torchspmd).
+from torchspmd.lowering import jax_private
+
 __all__ = ["is_divisible", "replicated", "replicated_over", "placement_for", "constraint_for",
            "in_id_order", "is_in_id_order", "mesh_in_id_order"]
 
@@ -55,7 +58,7 @@ def replicated(sharding: jax.sharding.Sharding) -> jax.sharding.Sharding:
     """
     if isinstance(sharding, NamedSharding):
         return NamedSharding(sharding.mesh, PartitionSpec(), memory_kind=sharding.memory_kind)
-    return replicated_over(tuple(sharding._device_assignment))
+    return replicated_over(jax_private.device_assignment(sharding))
 
 
 def placement_for(sharding: jax.sharding.Sharding, shape: tuple[int, ...]) -> jax.sharding.Sharding:
@@ -96,24 +99,24 @@ def in_id_order(sharding: jax.sharding.Sharding, ndim: int) -> jax.sharding.Shar
     >>> in_id_order(NamedSharding(Mesh([1, 0]), PartitionSpec("x")), 1)  # doctest: +SKIP
     NamedSharding(mesh=Mesh('_0': 2), spec=P('_0',), logical_device_ids=(1, 0))
     """
-    devices = tuple(sharding._device_assignment)
+    devices = jax_private.device_assignment(sharding)
+    logical = jax_private.logical_device_ids(sharding)
     ordered = tuple(sorted(devices, key=lambda d: d.id))
     if sharding.is_fully_replicated:
-        plain = isinstance(sharding, NamedSharding) and sharding._logical_device_ids is None
+        plain = isinstance(sharding, NamedSharding) and logical is None
         if devices == ordered and (plain or not isinstance(sharding, NamedSharding)):
             return sharding
         return replicated_over(ordered)
     position = {d: i for i, d in enumerate(ordered)}
     if isinstance(sharding, NamedSharding) and isinstance(sharding.mesh, jax.sharding.Mesh):
-        if devices == ordered and sharding._logical_device_ids is None:
+        if devices == ordered and logical is None:
             return sharding
         mesh = sharding.mesh
-        holders = (mesh.devices.flat if sharding._logical_device_ids is None
-                   else [devices[i] for i in sharding._logical_device_ids])
+        holders = mesh.devices.flat if logical is None else [devices[i] for i in logical]
         grid = jax.sharding.Mesh(_device_grid(ordered, mesh.axis_sizes), mesh.axis_names,
                                  axis_types=mesh.axis_types)
-        return NamedSharding(grid, sharding.spec, memory_kind=sharding.memory_kind,
-                             _logical_device_ids=tuple(position[d] for d in holders))
+        return jax_private.named_sharding(grid, sharding.spec, sharding.memory_kind,
+                                          tuple(position[d] for d in holders))
     return _from_hlo(sharding, ndim, devices, ordered, position)
 
 
@@ -134,27 +137,24 @@ def mesh_in_id_order(mesh: jax.sharding.Mesh) -> jax.sharding.Mesh:
 
 def _from_hlo(sharding, ndim: int, devices: tuple, ordered: tuple, position: dict):
     """Any tiled sharding as a ``NamedSharding`` over ``ordered``: one mesh axis per tile dim."""
-    hlo = sharding._to_xla_hlo_sharding(ndim)
-    if devices == ordered and not isinstance(sharding, NamedSharding) and hlo.is_tile_assignment_iota():
+    tiles = jax_private.tile_layout(sharding, ndim)
+    if devices == ordered and not isinstance(sharding, NamedSharding) and tiles.iota:
         return sharding  # Shardy converts iota tile assignments itself
-    dims = tuple(hlo.tile_assignment_dimensions())
-    if len(dims) not in (ndim, ndim + 1) or (len(dims) > ndim and not _replicated_last(hlo)):
+    dims = tiles.dims
+    if len(dims) not in (ndim, ndim + 1) or (len(dims) > ndim and not _replicated_last(tiles)):
         raise NotImplementedError(f"torchspmd: cannot re-express the sharding {sharding} over "
                                   "the devices in id order (it is neither tiled nor partially "
                                   "replicated); please report this with the code that made it")
     names = tuple(f"_tile{i}" for i in range(len(dims)))
     grid = jax.sharding.Mesh(_device_grid(ordered, dims), names)
     spec = PartitionSpec(*[names[i] if dims[i] > 1 else None for i in range(ndim)])
-    holders = [devices[p] for p in hlo.tile_assignment_devices()]
-    return NamedSharding(grid, spec, memory_kind=sharding.memory_kind,
-                         _logical_device_ids=tuple(position[d] for d in holders))
+    holders = [devices[p] for p in tiles.devices]
+    return jax_private.named_sharding(grid, spec, sharding.memory_kind,
+                                      tuple(position[d] for d in holders))
 
 
-def _replicated_last(hlo) -> bool:
-    if hlo.replicate_on_last_tile_dim():
-        return True
-    types = hlo.subgroup_types()
-    return len(types) == 1 and types[0].name == "REPLICATED"
+def _replicated_last(tiles: jax_private.TileLayout) -> bool:
+    return tiles.replicate_last or tiles.subgroups == ("replicated",)
 
 
 def _device_grid(devices: tuple, shape: tuple[int, ...]) -> np.ndarray:
@@ -170,8 +170,4 @@ def replicated_over(devices: tuple) -> jax.sharding.Sharding:
     >>> replicated_over(tuple(jax.devices()[:2])).is_fully_replicated
     True
     """
-    # Not a NamedSharding: jit lays its outputs out on the mesh of the first input with a
-    # named sharding, and a 1-d mesh cannot express a 2-d mesh's layouts.
-    from jax._src.sharding_impls import GSPMDSharding  # no public mesh-free equivalent
-
-    return GSPMDSharding.get_replicated(devices)
+    return jax_private.replicated_over(tuple(devices))

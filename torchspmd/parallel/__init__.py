@@ -1,5 +1,6 @@
 """Parallelism built on sharding annotations: FSDPv2, module distribution, PyTorch TP plans,
-scanned layers.
+scanned layers,
+expert parallelism.
 
 Example::
 
@@ -10,6 +11,8 @@ Example::
 
 from torchspmd.parallel.distribute import (auto_policy, xla_distribute_module,
                                            xla_distribute_tensor)
+from torchspmd.parallel.experts import (ExpertPlan, ExpertRole, ShardedParameter,
+                                        shard_experts)
 from torchspmd.parallel.fsdp import (SpmdFullyShardedDataParallel,
                                      apply_backward_optimization_barrier, fsdp_partition_spec)
 from torchspmd.parallel.linear import (EinsumLinear, XLAPatchedLinear,
@@ -21,6 +24,10 @@ from torchspmd.parallel.scan import scan_layers
 
 __all__ = [
     "EinsumLinear",
+    "ExpertPlan",
+    "ExpertRole",
+    "ShardedParameter",
+    "shard_experts",
     "XLAPatchedLinear",
     "apply_xla_patch_to_nn_linear",
     "xla_patched_nn_linear_forward",

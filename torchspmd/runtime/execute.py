@@ -2,8 +2,9 @@
 
 Independent computations of one graph run where their own inputs and annotations place
 them (``placement``), as one program per device set. A program that cannot fit in device
-memory is refused before it runs (``memory``); the values of that step then raise that
-error when read.
+memory is refused before it runs (``memory``). A program that fails to compile or run
+fails alone: its independent computations are retried one by one, and the values of each
+that fails again raise its error when read (``failure``); everything else stays usable.
 """
 
 from __future__ import annotations
@@ -17,18 +18,19 @@ from torchspmd.jax_setup import devices
 from torchspmd.lazy.handle import PENDING, PENDING_VIEWS
 from torchspmd.lazy.node import Node
 from torchspmd.lazy.provenance import is_recording, refuse_host_read
-from torchspmd.lowering.annotations import FULL_TO_SHARD, SHARD_TO_FULL, SHARDING_CONSTRAINT
-from torchspmd.runtime import memory, placement, transfer
+from torchspmd.runtime import manual, memory, placement, transfer
 from torchspmd.runtime.donation import lazy_donations
+from torchspmd.runtime.failure import FailedValue, is_failed, mark_failed
 from torchspmd.runtime.cache import LRU, programs_capacity_from_env
-from torchspmd.runtime.graph import OUTPUTS, collect
+from torchspmd.runtime.graph import collect
 from torchspmd.runtime.metrics import COUNTERS
+from torchspmd.runtime.parts import Parts
 from torchspmd.runtime.program import Program
 
 # The compile cache (a registry the design names): graph key -> Program, bounded (LRU).
 _PROGRAMS = LRU(programs_capacity_from_env(), evictions="programs_evicted")
-# A program's graph's independent computations (``_Parts``), kept while the program is.
-_PARTS: "weakref.WeakKeyDictionary[Program, _Parts]" = weakref.WeakKeyDictionary()
+# A program's graph's independent computations (``Parts``), kept while the program is.
+_PARTS: "weakref.WeakKeyDictionary[Program, Parts]" = weakref.WeakKeyDictionary()
 # The latest program run, for debug.last_hlo() / debug.collectives().
 _LAST: list[Program] = []
 # The latest run's outputs per device set: a device runs programs in order, so waiting
@@ -68,7 +70,18 @@ def take_pending() -> tuple[list, list, list[tuple[Node, int]]]:
     """Empty the pending sets: the storages and views taken (so that a run that fails can
     put them back) and their pending values, which one run must now compute."""
     storages, views = PENDING.take(), PENDING_VIEWS.take()
-    return storages, views, [s.value for s in storages] + [h.pending_view_value() for h in views]
+    values = [s.value for s in storages] + [h.pending_view_value() for h in views]
+    local = manual.local_blocks(values)
+    if any(local):
+        # Local blocks of a manual region a live tensor still holds stay pending (their
+        # region's global results are computed; the blocks are no value of their own).
+        of_views = local[len(storages):]
+        PENDING.update(s for s, block in zip(storages, local) if block)
+        PENDING_VIEWS.update(h for h, block in zip(views, of_views) if block)
+        storages = [s for s, block in zip(storages, local) if not block]
+        views = [h for h, block in zip(views, of_views) if not block]
+        values = [v for v, block in zip(values, local) if not block]
+    return storages, views, values
 
 
 def successors(storages: list) -> dict:
@@ -102,45 +115,6 @@ def set_compile_cache_size(programs: int) -> None:
     _PROGRAMS.capacity = programs
 
 
-class _Parts:
-    """A graph's independent computations: the roots, leaves and annotations of each.
-
-    Two roots belong to one computation when a pending node joins them; a shared input
-    does not. Structural, so it is worked out once per compiled program.
-    """
-
-    __slots__ = ("roots", "leaves", "annotations")
-
-    def __init__(self, graph):
-        parent = list(range(len(graph.nodes)))
-
-        def find(i: int) -> int:
-            while parent[i] != i:
-                parent[i] = parent[parent[i]]
-                i = parent[i]
-            return i
-
-        for i, codes in enumerate(graph.operands):
-            for code in codes:
-                if code >= 0:
-                    parent[find(code // OUTPUTS)] = find(i)
-        position = {n: i for i, n in enumerate(graph.nodes)}
-        ids = {}
-        component = [ids.setdefault(find(position[r]), len(ids)) for r in graph.roots]
-        self.roots = [[] for _ in ids]
-        self.leaves = [set() for _ in ids]
-        self.annotations = [[] for _ in ids]
-        for r, c in enumerate(component):
-            self.roots[c].append(r)
-        for i, (node, codes) in enumerate(zip(graph.nodes, graph.operands)):
-            c = ids.get(find(i))
-            if c is None:
-                continue  # feeds no root (not the case for collected graphs)
-            self.leaves[c].update(~code for code in codes if code < 0)
-            if node.sig.op in (SHARDING_CONSTRAINT, FULL_TO_SHARD, SHARD_TO_FULL):
-                self.annotations[c].append(node.sig.template[1])
-
-
 def _leaf_sharding(leaf: Node, index: int):
     """Where leaf data is or will be: its arrays' layout, or a host leaf's annotation."""
     if leaf.host is not None:
@@ -148,7 +122,7 @@ def _leaf_sharding(leaf: Node, index: int):
     return _array(leaf, index).sharding
 
 
-def _placements(graph, parts: _Parts) -> list[tuple[tuple[int, ...] | None, list[int]]]:
+def _placements(graph, parts: Parts) -> list[tuple[tuple[int, ...] | None, list[int]]]:
     """Each device set the graph's computations run on, with the roots (indices) there.
 
     ``None`` is all devices. Raises ``MeshMismatchError`` for one computation that mixes
@@ -183,25 +157,13 @@ def materialize(values: list[tuple[Node, int]]) -> list[jax.Array]:
     return result
 
 
-class _Failed:
-    """Stands in for the arrays of a step that could not run: every use raises its error."""
-
-    __slots__ = ("error",)
-
-    def __init__(self, error: BaseException):
-        self.error = error
-
-    def __getattr__(self, name):
-        raise type(self.error)(*self.error.args)
-
-
 def _array(node: Node, index: int) -> jax.Array:
     array = node.arrays[index]
     if array is None:  # sync() returns only outputs live tensors hold: this one had none
         raise RuntimeError(f"torchspmd internal error: output {index} of {node.sig.op} was "
                            "not kept by sync(); please report this with the code that reads it")
-    if type(array) is _Failed:
-        raise type(array.error)(*array.error.args)
+    if type(array) is FailedValue:
+        array.raise_error()
     return array
 
 
@@ -216,6 +178,56 @@ def execute(roots: list[Node], wanted: dict | None = None, successors: dict | No
         return
     release_spent()  # the last run's graph: before donation counts references
     graph = collect(roots, wanted)
+    try:
+        _run(graph, wanted, successors)
+        return
+    except _LaunchFailed as launch:
+        failure = _isolate(graph, launch.error, wanted, successors)
+    except Exception:
+        read = next((leaf.arrays[i] for leaf, i in graph.leaves
+                     if leaf.arrays is not None and is_failed(leaf.arrays[i])), None)
+        if read is None:
+            raise  # nothing ran (a mesh mismatch, say): the work stays as it was
+        # It reads a value a failed step was to compute: it fails with that step.
+        failure = _isolate(graph, read, wanted, successors)
+    if is_failed(failure):
+        failure.raise_error()
+    if failure is not None:
+        raise failure from None
+
+
+class _LaunchFailed(Exception):
+    """Internal: ``Program.run`` raised ``error`` (the program failed to compile or run)."""
+
+    def __init__(self, error: BaseException):
+        super().__init__(error)
+        self.error = error
+
+
+def _isolate(graph, error, wanted, successors):
+    """After ``graph`` failed with ``error`` (or a :class:`FailedValue` it read): run each
+    of its independent computations alone, and make the roots of each one that fails
+    again leaves that raise its error (``failure``). Returns what to raise: the first
+    computation's error that failed, ``error`` if there is one computation, or None if
+    each ran alone."""
+    parts = Parts(graph)
+    if len(parts.roots) > 1:
+        first = None
+        for indices in parts.roots:
+            try:
+                execute([graph.roots[i] for i in indices if not graph.roots[i].is_leaf],
+                        wanted, successors)
+            except Exception as part_error:  # noqa: BLE001  (the others still run)
+                first = first or part_error
+        if first is not None:
+            return first
+    mark_failed(graph.roots, error if is_failed(error) else FailedValue(error))
+    return error
+
+
+def _run(graph, wanted: dict | None, successors: dict | None) -> None:
+    """The body of :func:`execute`: a failure of ``Program.run`` comes as _LaunchFailed."""
+    roots = graph.roots
     program = _PROGRAMS.get(graph.key)
     if program is not None:
         COUNTERS["cache_hits"] += 1
@@ -226,14 +238,14 @@ def execute(roots: list[Node], wanted: dict | None = None, successors: dict | No
     else:
         parts = _PARTS.get(program) if program is not None else None
         if parts is None:
-            parts = _Parts(graph)
+            parts = Parts(graph)
         placements = _placements(graph, parts)
         if len(placements) > 1:
             failure = None
             for _, indices in placements:
                 try:
                     execute([graph.roots[i] for i in indices], wanted, successors)
-                except torch.OutOfMemoryError as error:
+                except Exception as error:  # noqa: BLE001  (the other device sets still run)
                     failure = failure or error
             if failure is not None:
                 raise failure
@@ -253,14 +265,9 @@ def execute(roots: list[Node], wanted: dict | None = None, successors: dict | No
         outputs = program.run(graph, inputs, donate, ids,
                               _paired_outputs(graph, donate, successors))
     except Exception as error:
-        if not (isinstance(error, torch.OutOfMemoryError) or memory.is_out_of_memory(error)):
-            raise
-        if not isinstance(error, torch.OutOfMemoryError):
+        if not isinstance(error, torch.OutOfMemoryError) and memory.is_out_of_memory(error):
             error = memory.out_of_memory(graph, f"XLA could not allocate its memory ({error})")
-        failed = _Failed(error)
-        for root, indices in zip(graph.roots, graph.wanted):
-            root.materialized([failed] * len(root.sig.outputs))
-        raise failed.error from None
+        raise _LaunchFailed(error) from None
     _LAST[:] = [program]
     # The graph that ran (its nodes, and leaves with their spent or donated arrays) is
     # torn down later, not while the program runs: freeing it now would compete with
@@ -312,7 +319,7 @@ def single_target(graph) -> tuple[int, ...] | None:
     Raises ``NotImplementedError`` for a graph of independent computations on several
     device sets (``execute`` runs those as one program each).
     """
-    placements = _placements(graph, _Parts(graph))
+    placements = _placements(graph, Parts(graph))
     if len(placements) > 1:
         raise NotImplementedError(
             "torchspmd.compile: this step computes on several device sets "
@@ -367,7 +374,7 @@ def _as_last_time(graph, known: tuple) -> list[jax.Array] | None:
         if leaf.host is not None:
             upload_leaf(leaf)
         array = leaf.arrays[index]
-        if array is None or type(array) is _Failed or array.sharding is not shardings[position]:
+        if array is None or type(array) is FailedValue or array.sharding is not shardings[position]:
             return None  # the usual path raises what it must
         inputs.append(array)
     return inputs

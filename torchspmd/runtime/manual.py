@@ -3,6 +3,14 @@
 Inside the compiled program such a region becomes one ``jax.shard_map`` body over the
 region's mesh: its inputs are the global values entering ``full_to_shard`` (split by the
 region's partition specs), its outputs the local values reaching ``shard_to_full``.
+
+A tensor still holding local blocks when ``sync()`` runs (``local`` below, alive until the
+loop rebinds it) is left pending, as PyTorch/XLA leaves it: only its global result is
+computed. Reading a local block's value on the host is refused (``check_region``)::
+
+    local = enable_manual_sharding(x, ("a", None), mesh=mesh).global_tensor * 2
+    y = disable_manual_sharding(local, ("a", None), x.shape, mesh=mesh).global_tensor
+    torchspmd.sync()    # computes y; ``local`` stays pending
 """
 
 from __future__ import annotations
@@ -10,9 +18,57 @@ from __future__ import annotations
 import jax
 from jax.sharding import PartitionSpec
 
+from torchspmd.lazy.node import Node
+from torchspmd.lazy.registry import WeakRegistry
 from torchspmd.lowering.annotations import FULL_TO_SHARD, SHARD_TO_FULL
 from torchspmd.lowering.xla_shardings import mesh_in_id_order
 from torchspmd.runtime.graph import OUTPUTS
+
+
+# The entries (``full_to_shard`` nodes) of manual regions recorded and still referenced: a
+# registry the design names. While it is empty no pending value can be a local block, and
+# ``local_blocks`` spares walking the pending graph.
+ENTRIES = WeakRegistry()
+
+
+def note_entry(node: Node) -> None:
+    """Record ``node``, a region's ``full_to_shard``, for :func:`is_local_block`."""
+    ENTRIES.add(node)
+
+
+def is_local_block(value: tuple[Node, int], clean: set | None = None) -> bool:
+    """Whether ``value`` is a local block: computed from a manual region's entry
+    (``full_to_shard``) without leaving the region (``shard_to_full``) on the way.
+
+    ``clean`` (shared between calls) collects nodes known to reach no entry, so that a
+    walk over many values visits each pending node once.
+
+    >>> is_local_block(current_value(enable_manual_sharding(x, (0,), mesh=m)))  # doctest: +SKIP
+    True
+    """
+    if next(iter(ENTRIES), None) is None:
+        return False  # no region is live: spare walking a large graph
+    clean = set() if clean is None else clean
+    seen, stack = set(), [value[0]]
+    while stack:
+        node = stack.pop()
+        if node in seen or node in clean or node.is_leaf or node.sig.op is SHARD_TO_FULL:
+            continue
+        if node.sig.op is FULL_TO_SHARD:
+            return True
+        seen.add(node)
+        stack.extend(n for n, _ in node.inputs)
+    clean |= seen
+    return False
+
+
+def local_blocks(values: list) -> list[bool]:
+    """Per value of ``values`` (a pending value, or None): whether it is a local block."""
+    if next(iter(ENTRIES), None) is None:
+        return [False] * len(values)
+    clean: set = set()
+    return [value is not None and not value[0].is_leaf and is_local_block(value, clean)
+            for value in values]
 
 
 def manual_steps(steps: list) -> frozenset[int]:

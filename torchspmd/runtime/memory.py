@@ -23,6 +23,8 @@ import resource
 import jax
 import torch
 
+from torchspmd.lowering import jax_private
+
 __all__ = ["check_fits", "out_of_memory", "is_out_of_memory"]
 
 _GIB = float(1 << 30)
@@ -51,7 +53,7 @@ def _program_devices(compiled) -> list:
     shardings = jax.tree.leaves((compiled.output_shardings, compiled.input_shardings))
     for sharding in shardings:
         if isinstance(sharding, jax.sharding.Sharding):
-            return list(sharding._device_assignment)
+            return list(jax_private.device_assignment(sharding))
     return []
 
 

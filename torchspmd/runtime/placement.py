@@ -20,6 +20,7 @@ import jax
 
 from torchspmd.jax_setup import device_id, devices
 from torchspmd.lowering.xla_shardings import in_id_order
+from torchspmd.lowering import jax_private
 from torchspmd.runtime import transfer
 from torchspmd.runtime.aliases import note_shared
 
@@ -35,7 +36,7 @@ def device_ids(sharding: jax.sharding.Sharding) -> frozenset[int]:
     >>> sorted(device_ids(transfer.replicated_on((3, 1))))
     [1, 3]
     """
-    return frozenset(device_id(d) for d in sharding._device_assignment)
+    return frozenset(device_id(d) for d in jax_private.device_assignment(sharding))
 
 
 def target_devices(shardings: list, annotations: list = ()) -> tuple[int, ...] | None:
@@ -74,8 +75,8 @@ def target_devices(shardings: list, annotations: list = ()) -> tuple[int, ...] |
 
 def _shown_order(sharding: jax.sharding.Sharding) -> list[int]:
     """The device ids of ``sharding`` in its mesh's order (as the user wrote the mesh)."""
-    holders = sharding._device_assignment
-    logical = getattr(sharding, "_logical_device_ids", None)
+    holders = jax_private.device_assignment(sharding)
+    logical = jax_private.logical_device_ids(sharding)
     if logical is not None:
         holders = [holders[i] for i in logical]
     return [device_id(d) for d in holders]
@@ -129,7 +130,7 @@ def _relabel(array: jax.Array, sharding: jax.sharding.Sharding) -> jax.Array:
     """The buffers of ``array`` under ``sharding``, which gives each device the same block."""
     by_device = {s.device: s.data for s in array.addressable_shards}
     result = jax.make_array_from_single_device_arrays(
-        array.shape, sharding, [by_device[d] for d in sharding._addressable_device_assignment])
+        array.shape, sharding, [by_device[d] for d in jax_private.addressable_devices(sharding)])
     note_shared(array, result, check=False)
     return result
 
@@ -149,7 +150,7 @@ def restrict(array: jax.Array, ids: tuple[int, ...]) -> jax.Array:
             f"first (clear_sharding(t), then mark_sharding(t, mesh, spec)).")
     target = replicated_on(ids)
     if target.device_set <= array.sharding.device_set:
-        return transfer.restricted(array, target._device_assignment)
+        return transfer.restricted(array, jax_private.device_assignment(target))
     return transfer.reshard(array, target)
 
 

@@ -24,6 +24,7 @@ from collections.abc import Sequence
 
 import jax
 
+from torchspmd.lowering import jax_private
 from torchspmd.runtime import launch as launch_env
 
 __all__ = [
@@ -45,9 +46,7 @@ def start(coordinator_address: str | None = None, num_processes: int | None = No
 
     >>> start("10.0.0.1:29501", num_processes=2, process_id=0)  # doctest: +SKIP
     """
-    from jax._src import xla_bridge
-
-    if xla_bridge.backends_are_initialized():
+    if jax_private.backends_started():
         raise RuntimeError(
             "torchspmd: the multi-process runtime must start before JAX's devices are used. "
             "Call torchspmd.distributed.initialize(...) right after `import torchspmd`, "
@@ -68,7 +67,7 @@ def start(coordinator_address: str | None = None, num_processes: int | None = No
             f"torchspmd: cannot start the multi-process runtime ({error}). Launch with "
             "torchrun, run under Slurm or mpirun, or pass coordinator_address, "
             "num_processes and process_id to torchspmd.distributed.initialize.") from None
-    if jax.distributed.is_initialized() and _state().num_processes > 1:
+    if jax.distributed.is_initialized() and jax_private.distributed_arguments().num_processes > 1:
         _exit_on_uncaught_exception()
 
 
@@ -81,14 +80,8 @@ def started_as() -> tuple[str, int, int] | None:
     """(coordinator address, process count, process id) of the runtime joined, or ``None``."""
     if not is_started():
         return None
-    state = _state()
+    state = jax_private.distributed_arguments()
     return state.coordinator_address, state.num_processes, state.process_id
-
-
-def _state():
-    from jax._src.distributed import global_state  # jax keeps the arguments it started with
-
-    return global_state
 
 
 def _exit_on_uncaught_exception() -> None:
@@ -135,7 +128,13 @@ def init_torch_distributed() -> None:
     if launch_env.from_environment() is not None:
         init_method = "env://"
     else:
-        host, port = _state().coordinator_address.rsplit(":", 1)
+        address = jax_private.distributed_arguments().coordinator_address
+        if address is None:
+            raise RuntimeError(
+                "torchspmd: cannot find the multi-process runtime's coordinator address to "
+                "start torch.distributed beside it; launch with torchrun, or set "
+                "JAX_COORDINATOR_ADDRESS.")
+        host, port = address.rsplit(":", 1)
         init_method = f"tcp://{host}:{int(port) + 1}"
     dist.init_process_group("gloo", init_method=init_method, rank=process_index(),
                             world_size=process_count())

@@ -17,6 +17,7 @@ from torchspmd.lazy.node import TENSOR, ScalarSlot, TensorMeta
 from torchspmd.lowering import LOWERINGS, RANDOM_OPS
 from torchspmd.lowering.annotations import SHARD_TO_FULL, SHARDING_CONSTRAINT
 from torchspmd.lowering.dtypes import to_jax_dtype
+from torchspmd.lowering import jax_private
 from torchspmd.runtime import transfer
 from torchspmd.runtime.donation import NOT_USABLE, output_avals
 from torchspmd.runtime.graph import OUTPUTS, Graph
@@ -54,6 +55,9 @@ class Program:
         self.jitted = (jax.jit(self._replay, keep_unused=True) if placed else
                        jax.jit(self._replay, out_shardings=transfer.replicated()))
         self.compiled_once = False
+        # Set when JAX could not express an output layout XLA chose: outputs are then
+        # replicated over the program's devices (``run``).
+        self._out_sharding = None
         # One process: its vectors may live on the devices (in several, each call sends
         # its own host copy, as jit does with numpy arguments).
         self._keeps_vectors = jax.process_count() == 1
@@ -68,6 +72,28 @@ class Program:
 
     def run(self, graph: Graph, leaf_arrays: list, donate: tuple[int, ...] = (),
             ids: tuple[int, ...] | None = None, pairs: tuple = ()) -> list[list]:
+        """See :meth:`_run`. If JAX cannot express an output layout XLA chose (see
+        :func:`unrepresentable_output`), the program is compiled again with replicated
+        outputs, and stays so."""
+        try:
+            return self._run(graph, leaf_arrays, donate, ids, pairs)
+        except Exception as error:  # noqa: BLE001  (only the one JAX error is retried)
+            if self._out_sharding is not None or not unrepresentable_output(error):
+                raise
+        self._replicate_outputs(ids)
+        return self._run(graph, leaf_arrays, donate, ids, pairs)
+
+    def _replicate_outputs(self, ids: tuple[int, ...] | None) -> None:
+        """From now on every output of this program is replicated over its devices."""
+        self._out_sharding = (transfer.replicated_on(ids) if ids is not None
+                              else transfer.replicated())
+        self.jitted = jax.jit(self._replay, keep_unused=True, out_shardings=self._out_sharding)
+        self.compiled_once = False
+        self._donating.clear()
+        self._compiled_donations.clear()
+
+    def _run(self, graph: Graph, leaf_arrays: list, donate: tuple[int, ...] = (),
+             ids: tuple[int, ...] | None = None, pairs: tuple = ()) -> list[list]:
         """Execute on ``graph``'s scalars and ``leaf_arrays``; the roots' output arrays.
 
         The leaves at positions ``donate`` give their buffers to the program (see
@@ -146,8 +172,9 @@ class Program:
             replay = donated_first(self._replay, len(leaf_arrays), donate)
             if hoisted:
                 replay = _paired_first(replay, hoisted)
+            extra = {} if self._out_sharding is None else {"out_shardings": self._out_sharding}
             known = self._donating[(donate, pairs)] = (
-                jax.jit(replay, donate_argnums=(0,), keep_unused=True), hoisted)
+                jax.jit(replay, donate_argnums=(0,), keep_unused=True, **extra), hoisted)
         chosen = set(donate)
         return known[0], [[leaf_arrays[i] for i in donate],
                           [a for i, a in enumerate(leaf_arrays) if i not in chosen]], known[1]
@@ -191,6 +218,16 @@ class Program:
         return [[values[p][i] for i in outs] for p, outs in self.roots]
 
 
+def unrepresentable_output(error: BaseException) -> bool:
+    """Whether ``error`` is JAX failing to express an output sharding XLA chose over the
+    mesh of an input: after compiling, JAX re-expresses each output's layout over the
+    first ``NamedSharding`` input's mesh, ignoring its ``_logical_device_ids``, and
+    re-raises ``IndivisibleError`` when the tiles do not fit that mesh (a permuted mesh,
+    ``tests/sharding/test_permuted_meshes.py`` keeps a plain-JAX repro). Matched by name:
+    the class is private to JAX."""
+    return any(t.__name__ == "IndivisibleError" for t in type(error).__mro__)
+
+
 def _count_run(graph: Graph) -> list:
     """Count a run of ``graph`` before it is launched: once it runs, the program takes the
     host's cores, and whatever the host still does until ``sync()`` returns waits for one
@@ -221,23 +258,9 @@ def _replicated_copy(vector: np.ndarray, sharding) -> jax.Array:
     own Python costs ~50 us a call (more with cold caches), paid every step by the
     scalar vector a learning-rate schedule changes. Falls back to ``device_put`` where
     this JAX lays its internals out differently."""
-    if _BATCHED_PUT is None:
-        return jax.device_put(vector, sharding)
-    devices = list(sharding._addressable_device_assignment)
-    return _BATCHED_PUT[0](_BATCHED_PUT[1](vector.shape, vector.dtype), sharding,
-                           [vector] * len(devices), devices)
-
-
-def _batched_put():
-    try:
-        from jax._src.core import ShapedArray
-        from jax._src.interpreters.pxla import batched_device_put
-    except ImportError:
-        return None
-    return batched_device_put, ShapedArray
-
-
-_BATCHED_PUT = _batched_put()
+    devices = jax_private.addressable_devices(sharding)
+    return jax_private.put_shards(vector.shape, vector.dtype, sharding,
+                                  [vector] * len(devices), devices)
 
 
 def donated_first(replay, count: int, donate: tuple[int, ...]):

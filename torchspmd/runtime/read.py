@@ -17,7 +17,6 @@ its graph is the same every time, so it is compiled once. Example::
 from __future__ import annotations
 
 import jax
-import torch
 
 from torchspmd.lazy.handle import PENDING, PENDING_VIEWS
 from torchspmd.lazy.node import Node
@@ -32,18 +31,19 @@ def read(values: list[tuple[Node, int]]) -> list[jax.Array]:
     The values read are outputs of the same programs as the pending work, so a value only
     the read wants (a temporary such as ``x.sum()``) is computed from the same inputs in
     the same program as the updates that replace those inputs. If the other pending work
-    cannot run (a tensor holding local blocks of a manual-sharding region, say), the
-    read runs just what it needs, as ``materialize`` does, and that work stays pending:
-    its error belongs to whoever reads or syncs it.
+    cannot run (tensors on two meshes in one computation, say), the read runs just what
+    it needs, as ``materialize`` does, and that work stays pending: its error belongs to
+    whoever reads or syncs it. Work that failed to compile or launch raises its error
+    only when its own values are read (see ``failure``).
     """
     storages, views, pending = execute.take_pending()
     wanted = execute.wanted_outputs(pending + list(values))
     try:
         execute.execute(sorted(wanted, key=lambda n: n.seq), wanted,
                         execute.successors(storages))
-    except torch.OutOfMemoryError:
-        raise  # every value of the step now raises it (execute marks them), as for sync()
     except Exception:  # noqa: BLE001  (the unrelated work's error is raised when it is read)
+        # A computation that failed to compile or run now raises its error when its
+        # values are read (``failure``); work that did not run stays pending.
         PENDING.update(s for s in storages if not s.value[0].is_leaf)
-        PENDING_VIEWS.update(views)
+        PENDING_VIEWS.update(h for h in views if h.pending_view_value() is not None)
     return execute.materialize(list(values))

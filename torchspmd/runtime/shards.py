@@ -10,6 +10,7 @@ import jax
 import numpy as np
 
 from torchspmd.jax_setup import device_id
+from torchspmd.lowering import jax_private
 from torchspmd.runtime.metrics import COUNTERS
 from torchspmd.runtime.transfer import addressable_buffers
 
@@ -61,7 +62,7 @@ def assemble(shape: tuple[int, ...], sharding: jax.sharding.Sharding, dtype,
         by_device[device] = jax.device_put(host, device)
         COUNTERS["bytes_to_device"] += host.nbytes
     return jax.make_array_from_single_device_arrays(
-        shape, sharding, [by_device[d] for d in sharding._addressable_device_assignment],
+        shape, sharding, [by_device[d] for d in jax_private.addressable_devices(sharding)],
         dtype=dtype)
 
 

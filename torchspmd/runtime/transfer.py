@@ -23,6 +23,7 @@ from jax.sharding import NamedSharding, PartitionSpec
 
 from torchspmd.jax_setup import devices
 from torchspmd.lowering.xla_shardings import placement_for, replicated_over
+from torchspmd.lowering import jax_private
 from torchspmd.runtime.aliases import note_shared
 from torchspmd.runtime.metrics import COUNTERS
 
@@ -62,7 +63,7 @@ def upload(host: np.ndarray, sharding: jax.sharding.Sharding | None = None) -> j
     devices (``placement_for``).
     """
     placed = replicated() if sharding is None else placement_for(sharding, host.shape)
-    if _BATCHED_PUT is not None and host.dtype.kind in "biufc":
+    if host.dtype.kind in "biufc":
         array = _put_shards(host, placed)
     else:
         array = jax.make_array_from_callback(host.shape, placed,
@@ -75,30 +76,14 @@ def _put_shards(host: np.ndarray, sharding: jax.sharding.Sharding) -> jax.Array:
     """What ``make_array_from_callback`` does with a numpy array of a plain dtype, less its
     per-call checks and callbacks (a batch is uploaded every step: ~10-15 us of host time
     saved per tensor): each of this process's devices receives its own shard."""
-    put, shaped_array, with_sharding = _BATCHED_PUT
-    aval = with_sharding(shaped_array(host.shape, host.dtype), sharding)
     if sharding.is_fully_replicated:
-        devices = list(sharding._internal_device_list.addressable_device_list)
+        devices = jax_private.addressable_devices(sharding)
         shards = [host] * len(devices)
     else:
         indices = sharding.addressable_devices_indices_map(host.shape)
         devices = list(indices)
         shards = [host[indices[d]] for d in devices]
-    return put(aval, sharding, shards, devices)
-
-
-def _batched_put():
-    """JAX's internals that ``make_array_from_callback`` ends in, or None where this JAX
-    lays them out differently (then it is called itself)."""
-    try:
-        from jax._src.core import ShapedArray, update_aval_with_sharding
-        from jax._src.interpreters.pxla import batched_device_put
-    except ImportError:
-        return None
-    return batched_device_put, ShapedArray, update_aval_with_sharding
-
-
-_BATCHED_PUT = _batched_put()
+    return jax_private.put_shards(host.shape, host.dtype, sharding, shards, devices)
 
 
 def upload_process_local(local: np.ndarray, sharding: jax.sharding.Sharding,
@@ -149,7 +134,7 @@ def download(array: jax.Array) -> np.ndarray:
 
 def _gather(array: jax.Array) -> np.ndarray:
     if not array.sharding.is_fully_replicated:
-        array = _replicate(array, array.sharding._device_assignment)
+        array = _replicate(array, jax_private.device_assignment(array.sharding))
     holders = sorted({d.process_index for d in array.sharding.device_set})
     mine = (np.asarray(array.addressable_data(0))
             if jax.process_index() in holders else None)
@@ -164,9 +149,7 @@ def _identity(x):
 
 def _replicate(array: jax.Array, device_assignment) -> jax.Array:
     """``array`` replicated over its own devices (an all-gather among them)."""
-    from jax._src.sharding_impls import GSPMDSharding
-
-    target = GSPMDSharding.get_replicated(tuple(device_assignment))
+    target = jax_private.replicated_over(tuple(device_assignment))
     return jax.jit(_identity, out_shardings=target)(array)
 
 
@@ -206,7 +189,7 @@ def reshard(array: jax.Array, sharding: jax.sharding.Sharding) -> jax.Array:
     if jax.process_count() == 1 or array.sharding.device_set == sharding.device_set:
         result = jax.device_put(array, sharding)
     elif array.sharding.is_fully_replicated and sharding.device_set <= array.sharding.device_set:
-        result = jax.device_put(restricted(array, sharding._device_assignment), sharding)
+        result = jax.device_put(restricted(array, jax_private.device_assignment(sharding)), sharding)
     else:
         return upload(download(array), sharding)
     note_shared(array, result)  # JAX moves no data where a device already holds it
@@ -218,12 +201,10 @@ def restricted(array: jax.Array, device_assignment) -> jax.Array:
 
     Uses the buffers ``array`` already holds on those devices (no copy).
     """
-    from jax._src.sharding_impls import GSPMDSharding
-
-    target = GSPMDSharding.get_replicated(tuple(device_assignment))
+    target = jax_private.replicated_over(tuple(device_assignment))
     buffers = addressable_buffers(array)
     result = jax.make_array_from_single_device_arrays(
-        array.shape, target, [buffers[d] for d in target._addressable_device_assignment],
+        array.shape, target, [buffers[d] for d in jax_private.addressable_devices(target)],
         dtype=array.dtype)
     note_shared(array, result, check=False)
     return result

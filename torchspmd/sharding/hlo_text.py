@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from torchspmd.jax_setup import device_id  # (configures JAX before its backend starts)
+from torchspmd.lowering import jax_private
 import jax
 
 from torchspmd.sharding import partition_spec as _ps
@@ -237,21 +238,20 @@ def sharding_to_hlo_text(sharding: jax.sharding.Sharding, ndim: int) -> str:
     """
     if len(sharding.device_set) == 1:
         return REPLICATED_TEXT
-    hlo = sharding._to_xla_hlo_sharding(ndim)
-    if hlo.is_replicated():
+    tiles = jax_private.tile_layout(sharding, ndim)
+    if tiles.replicated:
         return REPLICATED_TEXT
-    if hlo.is_manual():
+    if tiles.manual:
         return MANUAL_TEXT
-    assignment = sharding._device_assignment
-    real_ids = [device_id(assignment[pos]) for pos in hlo.tile_assignment_devices()]
-    if hlo.is_maximal():
+    assignment = jax_private.device_assignment(sharding)
+    real_ids = [device_id(assignment[pos]) for pos in tiles.devices]
+    if tiles.maximal:
         return f"{{maximal device={real_ids[0]}}}"
-    subgroups = [t.name.lower() for t in hlo.subgroup_types()]
     return format_tiled(
-        hlo.tile_assignment_dimensions(),
+        tiles.dims,
         real_ids,
-        replicate_last=hlo.replicate_on_last_tile_dim(),
-        subgroup_types=subgroups,
+        replicate_last=tiles.replicate_last,
+        subgroup_types=list(tiles.subgroups),
     )
 
 

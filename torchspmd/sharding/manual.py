@@ -15,6 +15,7 @@ from torchspmd.lazy.handle import Handle
 from torchspmd.lazy.node import TENSOR
 from torchspmd.lazy.record import meta_of, record
 from torchspmd.lowering.annotations import FULL_TO_SHARD, SHARD_TO_FULL
+from torchspmd.runtime.manual import note_entry
 from torchspmd.sharding import state
 from torchspmd.sharding.api import mark_sharding, wrap_as_sharded_tensor
 from torchspmd.sharding.mesh import Mesh, get_global_mesh
@@ -48,10 +49,10 @@ def _region_entry(value):
 
 
 def _reshaped(value, sharding, op, shape) -> SpmdTensor:
-    if op is FULL_TO_SHARD:
-        state._MANUAL_REGIONS["entered"] = True
     template = (TENSOR, sharding, tuple(shape))
     node = record(op, template, (), (value,), (meta_of(value),))
+    if op is FULL_TO_SHARD:
+        note_entry(node)
     return SpmdTensor(Handle.new((node, 0), node.sig.outputs[0]))
 
 
@@ -91,9 +92,19 @@ def disable_manual_sharding(t: torch.Tensor, partition_spec: PartitionSpec,
         >>> torch.equal(y.cpu(), x.cpu() * 2)
         True
 
-    The spec may differ from ``enable_manual_sharding``'s (as ``shard_map``'s out_specs
-    may differ from its in_specs), but the mesh must be the region's, and ``t``'s shape
-    must be ``full_shape`` divided by the spec's tiling; otherwise this raises.
+    The spec may differ from ``enable_manual_sharding``'s, as in PyTorch/XLA (whose
+    ``_spmd_shard_to_full_shape`` takes the spec it is given) and as ``shard_map``'s
+    out_specs may differ from its in_specs: the block at each mesh position becomes the
+    tile at that position under ``partition_spec``. So blocks cut along dim 0 can be
+    laid side by side along dim 1::
+
+        >>> local = enable_manual_sharding(x, ("a", None), mesh=mesh)   # x: (16, 4), 8 devices
+        >>> y = disable_manual_sharding(local, (None, "a"), (2, 32), mesh=mesh)
+        >>> torch.equal(y.cpu(), torch.cat(x.cpu().split(2), dim=1))
+        True
+
+    The mesh must be the region's, and ``t``'s shape must be ``full_shape`` divided by the
+    spec's tiling; otherwise this raises.
     """
     mesh = _mesh_or_global(mesh, "disable_manual_sharding")
     inner = state.as_spmd_tensor(t, "disable_manual_sharding")

@@ -179,8 +179,10 @@ class Mesh:
     def jax_devices(self) -> list:
         """The JAX devices of the mesh, flat, in mesh (row-major) order.
 
-        >>> [d.id for d in Mesh([3, 1], (2,)).jax_devices()]
-        [3, 1]
+        Example::
+
+            >>> [d.id for d in Mesh([3, 1], (2,)).jax_devices()]
+            [3, 1]
         """
         devices = jax.devices()
         return [devices[i] for i in self.device_ids.tolist()]

@@ -27,9 +27,10 @@ from torchspmd.lazy.annotation import (IDENTITY_OPS, annotation, plain_leaf, sha
 from torchspmd.lazy.handle import Handle
 from torchspmd.lazy.node import Node
 from torchspmd.lazy.record import leaf_signature, meta_of, record_unary
-from torchspmd.lowering.annotations import FULL_TO_SHARD, SHARD_TO_FULL, SHARDING_CONSTRAINT
+from torchspmd.lowering.annotations import SHARDING_CONSTRAINT
 from torchspmd.lowering.xla_shardings import is_divisible, placement_for
 from torchspmd.runtime import placement
+from torchspmd.runtime.manual import is_local_block
 from torchspmd.sharding.arguments import spmd_tensor
 from torchspmd.sharding.hlo_text import MANUAL_TEXT, sharding_to_hlo_text
 
@@ -88,10 +89,6 @@ def jax_sharding_of(value: Value) -> jax.sharding.Sharding | None:
     return None  # plain uploads and pending values carry no sharding yet
 
 
-# Set by manual.py when it records a region's entry (full_to_shard).
-_MANUAL_REGIONS = {"entered": False}
-
-
 def in_manual_region(value: Value) -> bool:
     """Whether ``value`` is a local block: computed from a manual region's entry
     (``full_to_shard``) without leaving the region (``shard_to_full``) on the way.
@@ -99,18 +96,7 @@ def in_manual_region(value: Value) -> bool:
     >>> in_manual_region(current_value(enable_manual_sharding(x, (0,), mesh=m)))  # doctest: +SKIP
     True
     """
-    if not _MANUAL_REGIONS["entered"]:
-        return False  # no region was ever entered: spare walking a large graph
-    seen, stack = set(), [value[0]]
-    while stack:
-        node = stack.pop()
-        if node in seen or node.is_leaf or node.sig.op is SHARD_TO_FULL:
-            continue
-        if node.sig.op is FULL_TO_SHARD:
-            return True
-        seen.add(node)
-        stack.extend(n for n, _ in node.inputs)
-    return False
+    return is_local_block(value)
 
 
 def current_text(t: SpmdTensor) -> str:

@@ -93,7 +93,7 @@ class CompiledStep:
         return None
 
     def _capture(self, key, old: Plan | None, args, kwargs, tensors) -> Any:
-        result, captured = capture(self.fn, args, kwargs, tensors)
+        result, captured, undo = capture(self.fn, args, kwargs, tensors)
         COUNTERS["step_captures"] += 1
         if old is not None and captured.graph is not None and old.key != captured.graph.key \
                 and self.check_every is not None and self._calls % self.check_every == 0:
@@ -110,8 +110,14 @@ class CompiledStep:
             # Ran lazily: the values are pending, as on the lazy path (results detached, as
             # a replay's are).
             return tree_map(lambda t: t.detach() if isinstance(t, SpmdTensor) else t, result)
-        plan = Plan(captured)
-        run = plan(tensors, first=True)
+        try:
+            plan = Plan(captured)
+            run = plan(tensors, first=True)
+        except BaseException:
+            # The step did not happen: its state keeps the values it had before the call
+            # (a later call captures it again).
+            undo.apply()
+            raise
         # Written back as a replay writes: the recorded nodes stay pending for anything
         # else that still holds them (a later sync computes those lazily).
         plans = [p for p in (self._plans.get(key) or []) if p is not old]

@@ -13,7 +13,7 @@ the step read and wrote. From that record:
 
 Example::
 
-    captured = capture(step, (x, y), {}, [x, y])
+    result, captured, undo = capture(step, (x, y), {}, [x, y])
     captured.sources    # [("arg", 0), ("storage", <weakref>), ...] per graph leaf
 """
 
@@ -63,8 +63,30 @@ class Captured:
     source_places: dict = field(default_factory=dict)
 
 
-def capture(fn, args: tuple, kwargs: dict, tensors: list[SpmdTensor]) -> tuple[object, Captured]:
-    """Run ``fn`` once, recording it; its result and what it read and wrote."""
+@dataclass
+class Undo:
+    """What a capture changed, to put back if the captured program then fails to compile
+    or run: each storage the step wrote, with its value when the step began, and each
+    slot the step filled, with the tensor it held (so a parameter is never left holding
+    the pending value of a step that did not happen)."""
+
+    values: dict = field(default_factory=dict)  # storage -> its value before the step
+    slots: dict = field(default_factory=dict)  # Place -> the tensor (or None) before
+
+    def apply(self) -> None:
+        """Put every storage and slot back as it was before the step."""
+        for storage, value in self.values.items():
+            if storage.value is not value:
+                storage.set(value)
+        for place, tensor in self.slots.items():
+            if place.get() is not tensor:
+                place.set(tensor)
+
+
+def capture(fn, args: tuple, kwargs: dict,
+            tensors: list[SpmdTensor]) -> tuple[object, Captured, Undo]:
+    """Run ``fn`` once, recording it; its result, what it read and wrote, and how to undo
+    its writes."""
     sync()  # every live tensor now holds data: what the step reads are data leaves
     before = find_places(fn, args, kwargs)
     optim.prepare(before.optimizers)
@@ -77,16 +99,19 @@ def capture(fn, args: tuple, kwargs: dict, tensors: list[SpmdTensor]) -> tuple[o
         result = fn(*args, **kwargs)
     after = find_places(fn, args, kwargs)
     _check_rebinding(before)
+    undo = Undo({st: rec.initial[st] for st in rec.written
+                 if st not in rec.created and st in rec.initial},
+                {place: t for place, t in before.held.items() if after.held.get(place) is not t})
     flat, spec = tree_flatten(result)
     captured = Captured(None, [], [], [], spec, [None if isinstance(r, SpmdTensor) else r
                                                   for r in flat], after.optimizers,
                         optim.hyperparameters(after.optimizers))
     captured.warmup = _first_use(before, after)
     if captured.warmup:
-        return result, captured
+        return result, captured, undo
     _outputs(captured, rec, before, after, flat, arg_storages)
     if captured.warmup:
-        return result, captured
+        return result, captured, undo
     roots: dict[Node, set[int]] = {}
     for node, index in captured.values:
         if not node.is_leaf:
@@ -95,7 +120,7 @@ def capture(fn, args: tuple, kwargs: dict, tensors: list[SpmdTensor]) -> tuple[o
         captured.graph = collect(sorted(roots, key=lambda n: n.seq), roots)
         _sources(captured, rec, arg_values, start)
     captured.filled = {}  # tensors are not kept past the capture
-    return result, captured
+    return result, captured, undo
 
 
 def _check_rebinding(before: Places) -> None:

@@ -57,17 +57,24 @@ def _steps_to_device(opt, group) -> None:
 
 def _lr_on_device(opt, group) -> None:
     """``group['lr']`` as a device scalar; a float set by hand is written into it."""
+    # id(group) -> (group, its scalar): the entry holds the group, so its id cannot be
+    # reused by another group (``load_state_dict`` makes new ones) while the entry lives.
     owned = opt.__dict__.setdefault("_torchspmd_lr", {})
     lr = group["lr"]
-    scalar = owned.get(id(group))
+    entry = owned.get(id(group))
+    scalar = entry[1] if entry is not None and entry[0] is group else None
     if isinstance(lr, torch.Tensor) and lr is scalar:
         return
     if isinstance(lr, torch.Tensor) and lr.device == DEVICE:
-        owned[id(group)] = lr  # the user's own device scalar: schedulers fill it
+        owned[id(group)] = (group, lr)  # the user's own device scalar: schedulers fill it
         return
     value = float(lr)
     if scalar is None:
-        scalar = owned[id(group)] = torch.tensor(value, dtype=torch.float64, device=DEVICE)
+        for key in [k for k, (g, _) in owned.items()
+                    if not any(g is current for current in opt.param_groups)]:
+            del owned[key]  # groups the optimizer dropped
+        scalar = torch.tensor(value, dtype=torch.float64, device=DEVICE)
+        owned[id(group)] = (group, scalar)
     else:  # new host data for the same tensor: an upload, not a program run
         scalar._h.storage.set(new_leaf(scalar._h.meta, host=np.array(value, dtype=np.float64)))
     group["lr"] = scalar

@@ -33,11 +33,11 @@ from torchspmd.lazy.handle import Handle
 from torchspmd.lazy.node import Node
 from torchspmd.lowering import RANDOM_OPS
 from torchspmd.lowering.dtypes import to_jax_dtype
-from torchspmd.runtime import donation, execute, placement, rng
+from torchspmd.runtime import donation, execute, placement, rng, transfer
 from torchspmd.runtime.cache import LRU
 from torchspmd.runtime.memory import check_fits
 from torchspmd.runtime.metrics import COUNTERS
-from torchspmd.runtime.program import Program, donated_first
+from torchspmd.runtime.program import Program, donated_first, unrepresentable_output
 from torchspmd.sharding.state import new_leaf
 from torchspmd.step import optim, wiring
 from torchspmd.step.capture import Captured
@@ -253,6 +253,11 @@ class Plan:
                 # same on every call, so the next call compares identities only.
                 if layouts[i] is None or sharding != layouts[i]:
                     a = placement.place(a, self.ids)
+                    if self.compiled is not None and not a.sharding.is_equivalent_to(
+                            layouts[i], a.ndim):
+                        # The program was compiled for another layout of this input (the
+                        # state came back from a call laid out otherwise): capture again.
+                        raise StalePlan("an input's layout changed")
                 layouts[i] = a.sharding
             placed.append(a)
         return placed
@@ -289,7 +294,16 @@ class Plan:
         start, cpu = time.perf_counter(), time.process_time()
         # Compiled ahead of time for its memory analysis, then called directly: jit's own
         # cache would not know of this compile and would compile the program again.
-        self.compiled = self.jitted.lower(donated, kept, spare_arrays, *vectors).compile()
+        try:
+            self.compiled = self.jitted.lower(donated, kept, spare_arrays, *vectors).compile()
+        except Exception as error:  # noqa: BLE001  (only the one JAX error is retried)
+            if not unrepresentable_output(error):
+                raise
+            # An output layout JAX cannot express over a permuted mesh: replicate outputs.
+            self.jitted = jax.jit(self.jitted.__wrapped__, donate_argnums=(0, 2),
+                                  keep_unused=True,
+                                  out_shardings=transfer.replicated_on(self.ids))
+            self.compiled = self.jitted.lower(donated, kept, spare_arrays, *vectors).compile()
         COUNTERS["compile_cpu_s"] += time.process_time() - cpu
         check_fits(self.compiled, self.captured.graph)
         self.memory = self.compiled.memory_analysis()

@@ -17,6 +17,7 @@ import torch
 from torch.utils._pytree import tree_flatten
 
 from torchspmd.device.tensor import SpmdTensor
+from torchspmd.lowering import jax_private
 
 
 class UnhashableArgument(TypeError):
@@ -55,7 +56,9 @@ def _tensor_key(t: SpmdTensor) -> tuple:
     layout = None
     if node is not None and node.arrays is not None:
         sharding = node.arrays[index].sharding
-        layout = (sharding, tuple(d.id for d in sharding._device_assignment))
+        layout = (sharding, tuple(d.id for d in jax_private.device_assignment(sharding)))
     elif node is not None:
-        layout = ("pending", id(node.sharding) if node.host is not None else None)
+        # The sharding itself (hashed and compared by value), never its id: an id may be
+        # reused by another sharding once this one is collected.
+        layout = ("pending", node.sharding if node.host is not None else None)
     return (tuple(t.shape), t.dtype, t.requires_grad, bool(handle.view), layout)

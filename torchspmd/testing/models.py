@@ -27,14 +27,20 @@ class MLP(nn.Module):
 
 
 class Block(nn.Module):
-    def __init__(self, dim: int, heads: int):
+    """Pre-LayerNorm causal attention then GELU MLP; ``attention=False``: the MLP only."""
+
+    def __init__(self, dim: int, heads: int, attention: bool = True):
         super().__init__()
         self.heads = heads
-        self.norm1, self.norm2 = nn.LayerNorm(dim), nn.LayerNorm(dim)
-        self.qkv, self.proj = nn.Linear(dim, 3 * dim), nn.Linear(dim, dim)
+        if attention:
+            self.norm1 = nn.LayerNorm(dim)
+            self.qkv, self.proj = nn.Linear(dim, 3 * dim), nn.Linear(dim, dim)
+        self.norm2 = nn.LayerNorm(dim)
         self.up, self.down = nn.Linear(dim, 4 * dim), nn.Linear(4 * dim, dim)
 
     def forward(self, x):
+        if not hasattr(self, "qkv"):
+            return x + self.down(F.gelu(self.up(self.norm2(x))))
         b, t, d = x.shape
         q, k, v = self.qkv(self.norm1(x)).split(d, dim=-1)
         q, k, v = (z.view(b, t, self.heads, d // self.heads).transpose(1, 2) for z in (q, k, v))
@@ -44,12 +50,13 @@ class Block(nn.Module):
 
 
 class TinyTransformer(nn.Module):
-    """Token + position embedding, causal attention (SDPA), pre-LayerNorm, GELU MLP."""
+    """Token + position embedding, causal attention (SDPA), pre-LayerNorm, GELU MLP
+    (``attention=False``: MLP-only blocks)."""
 
-    def __init__(self, vocab=64, dim=32, heads=4, layers=2, seq=16):
+    def __init__(self, vocab=64, dim=32, heads=4, layers=2, seq=16, attention=True):
         super().__init__()
         self.tok, self.pos = nn.Embedding(vocab, dim), nn.Embedding(seq, dim)
-        self.blocks = nn.ModuleList(Block(dim, heads) for _ in range(layers))
+        self.blocks = nn.ModuleList(Block(dim, heads, attention) for _ in range(layers))
         self.norm, self.head = nn.LayerNorm(dim), nn.Linear(dim, vocab)
 
     def forward(self, idx):

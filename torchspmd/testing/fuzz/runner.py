@@ -30,7 +30,7 @@ OK, WRONG, INTERNAL, USER, INVALID = "ok", "wrong value", "internal error", "use
 _EXPECTED_MESSAGES = {
     "Existing annotation must be cleared first": "existing annotation",
     "is not supported on the spmd device": "unsupported op",
-    # README "Writes through views": PyTorch's rule, though some CPU kernels skip the check.
+    # docs/concepts/rules.md "Writes through views": PyTorch's rule, though some CPU kernels skip the check.
     "more than one element of the written-to tensor": "overlapping write",
 }
 
@@ -60,7 +60,7 @@ def classify(e: BaseException, mixes_device_sets: bool) -> Outcome:
     if isinstance(e, WrongOutcome):
         return Outcome(WRONG, str(e), "outcome")
     if isinstance(e, MeshMismatchError):
-        # Meshes over one device set must mix freely (README "Device order").
+        # Meshes over one device set must mix freely (docs/concepts/rules.md "Device order").
         return Outcome(USER, text, "mesh mismatch") if mixes_device_sets else Outcome(INTERNAL, text)
     if isinstance(e, torch.OutOfMemoryError):
         # Programs keep every tensor small: the only step that cannot fit is the one

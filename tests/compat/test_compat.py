@@ -1,0 +1,136 @@
+"""``torchspmd.compat`` in one process: names map onto torchspmd, the 'xla' device lands on
+the spmd device, and what has no meaning here raises an error naming the call."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+import torchspmd
+import torchspmd.compat
+
+torchspmd.compat.install()
+
+import torch_xla  # noqa: E402
+import torch_xla.core.xla_model as xm  # noqa: E402
+import torch_xla.debug.metrics as met  # noqa: E402
+import torch_xla.distributed.spmd as xs  # noqa: E402
+import torch_xla.runtime as xr  # noqa: E402
+from torch_xla.experimental.scan import scan  # noqa: E402
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _leave_torch_as_it_was():
+    """Other tests in this process get PyTorch's own torch.tensor and Tensor.to back."""
+    yield
+    torchspmd.compat.uninstall()
+
+
+def test_spmd_names_are_torchspmds():
+    """torch_xla.distributed.spmd, and its old name, serve torchspmd's own objects."""
+    from torch_xla.experimental import xla_sharding
+    from torch_xla.distributed.fsdp import SpmdFullyShardedDataParallel
+
+    assert xs.Mesh is torchspmd.Mesh and xla_sharding.mark_sharding is torchspmd.mark_sharding
+    assert SpmdFullyShardedDataParallel is torchspmd.parallel.SpmdFullyShardedDataParallel
+    assert xm.xla_device() == torch_xla.device() == torchspmd.device()
+    assert xr.global_runtime_device_count() == torchspmd.device_count()
+
+
+@pytest.mark.parametrize("name", ["xla", "xla:0"])
+@pytest.mark.parametrize("make", [
+    lambda d: torch.tensor([1.0, -2.0, 3.0], device=d),
+    lambda d: torch.as_tensor(np.array([1.0, -2.0]), device=d),
+    lambda d: torch.tensor([1.0, -2.0, 3.0]).to(d),
+    lambda d: torch.tensor([1.0, -2.0, 3.0]).to(torch.device(d)),
+    lambda d: torch.arange(3, dtype=torch.float32, device=d) * 2 - 1,
+    lambda d: torch.full((2, 2), 3.0, device=d).cumsum(0),
+    lambda d: torch.nn.Linear(2, 2, bias=False).to(d).weight.sum(),
+], ids=["tensor", "as_tensor", "to", "to_device", "arange", "full", "module_to"])
+def test_xla_device_name_gives_spmd_tensors(make, name):
+    """A tensor made on 'xla' or 'xla:0' is an spmd tensor holding the values CPU gives."""
+    torch.manual_seed(0)
+    t = make(name)
+    torch.manual_seed(0)
+    expected = make("cpu")
+    assert t.device == torchspmd.device()
+    torch.testing.assert_close(t.cpu(), expected, rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("call, names", [
+    (lambda: torch.zeros(2, device="xla:1"), "xla:1"),
+    (lambda: torch.tensor([1.0], device="xla:2"), "xla:2"),
+    (lambda: xm.all_reduce("sum", []), "xm.all_reduce"),
+    (lambda: xm.rendezvous("x"), "xm.rendezvous"),
+    (lambda: xm.xla_device(3), "xm.xla_device(3)"),
+    (lambda: xr.use_spmd(auto=True), "xr.use_spmd(auto=True)"),
+    (lambda: met.metric_data("CompileTime"), "met.metric_data"),
+    (lambda: torch_xla._XLAC._xla_sync_multi([]), "torch_xla._XLAC._xla_sync_multi"),
+    (lambda: __import__("torch_xla.distributed.xla_multiprocessing").distributed
+     .xla_multiprocessing.spawn(print), "xmp.spawn"),
+])
+def test_meaningless_calls_raise_naming_the_call(call, names):
+    """Calls with no meaning under one SPMD program raise an error that names them."""
+    with pytest.raises((NotImplementedError, RuntimeError), match=__import__("re").escape(names)):
+        call()
+
+
+def test_module_not_served_names_itself():
+    """Importing a torch_xla module torchspmd does not serve says which one, and what is."""
+    with pytest.raises(ModuleNotFoundError, match="torch_xla.experimental.custom_kernel"):
+        import torch_xla.experimental.custom_kernel  # noqa: F401
+
+
+def test_scan_matches_cpu_loop():
+    """scan(fn, init, xs) returns the last carry and the stacked outputs a CPU loop gives,
+    for pytrees of tensors."""
+    def fn(carry, x):
+        total = carry["sum"] + x["v"]
+        return {"sum": total}, total * x["w"]
+
+    values, weights = torch.randn(5, 3), torch.randn(5, 3)
+    carry, ys = scan(fn, {"sum": torch.zeros(3, device="xla")},
+                     {"v": values.to("xla"), "w": weights.to("xla")})
+    expected_carry, expected_ys = torch.zeros(3), []
+    for v, w in zip(values, weights):
+        expected_carry = expected_carry + v
+        expected_ys.append(expected_carry * w)
+    torch.testing.assert_close(carry["sum"].cpu(), expected_carry, rtol=0, atol=0)
+    torch.testing.assert_close(ys.cpu(), torch.stack(expected_ys), rtol=0, atol=0)
+
+
+def test_counters_under_pytorch_xla_names():
+    """met.counter_value('UncachedCompile') counts torchspmd's compiles; unknown names give None."""
+    met.clear_counters()
+    (torch.ones(3, device="xla") * 7).cpu()
+    assert met.counter_value("UncachedCompile") == torchspmd.metrics()["graphs_compiled"] >= 0
+    assert met.counter_value("ExecuteReplicated") == torchspmd.metrics()["executions"] >= 1
+    assert met.counter_value("NoSuchCounter") is None
+
+
+def test_step_closures_run_at_mark_step():
+    """xm.add_step_closure's functions run, in order, at the next xm.mark_step."""
+    seen = []
+    t = torch.ones(2, device="xla") * 3
+    xm.add_step_closure(lambda x: seen.append(x.cpu().tolist()), args=(t,))
+    xm.add_step_closure(seen.append, args=("second",))
+    assert seen == []
+    xm.mark_step()
+    assert seen == [[3.0, 3.0], "second"]
+
+
+def test_uninstall_gives_torch_back():
+    """After uninstall(), torch_xla is not importable and torch.tensor is PyTorch's again;
+    install() serves both again."""
+    import importlib
+    wrapped = torch.tensor
+    torchspmd.compat.uninstall()
+    try:
+        assert torch.tensor is not wrapped and not torchspmd.compat.is_installed()
+        assert "to" not in torch.Tensor.__dict__
+        with pytest.raises(ModuleNotFoundError):
+            importlib.import_module("torch_xla")
+    finally:
+        torchspmd.compat.install()
+    assert importlib.import_module("torch_xla.core.xla_model").xla_device() == torchspmd.device()

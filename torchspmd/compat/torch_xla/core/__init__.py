@@ -1,0 +1,3 @@
+"""``torch_xla.core``."""
+
+from . import xla_model  # noqa: F401

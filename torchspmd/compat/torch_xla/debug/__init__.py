@@ -1,0 +1,3 @@
+"""``torch_xla.debug``."""
+
+from . import metrics  # noqa: F401

@@ -1,0 +1,3 @@
+"""``torch_xla.distributed``."""
+
+from . import fsdp, parallel_loader, spmd, xla_multiprocessing  # noqa: F401

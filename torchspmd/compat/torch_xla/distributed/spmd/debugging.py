@@ -1,0 +1,3 @@
+"""``torch_xla.distributed.spmd.debugging``: pictures of a layout."""
+
+from torchspmd.debug import visualize_sharding, visualize_tensor_sharding  # noqa: F401

@@ -1,0 +1,58 @@
+"""``torch_xla.runtime`` (``xr``): torchspmd's runtime queries, and SPMD always on.
+
+Example::
+
+    from torch_xla import runtime as xr
+    xr.use_spmd()
+    mesh_size = xr.global_runtime_device_count()
+"""
+
+from __future__ import annotations
+
+import jax
+
+from torchspmd.compat.errors import unsupported
+from torchspmd.runtime import (addressable_runtime_device_count, global_ordinal,  # noqa: F401
+                               global_runtime_device_count, is_master_ordinal,
+                               local_device_count, local_ordinal, local_process_count,
+                               process_count, process_index, world_size)
+
+
+def use_spmd(auto: bool = False) -> None:
+    """SPMD is how torchspmd always runs; ``auto=True`` (auto-sharding) is refused."""
+    if auto:
+        unsupported("xr.use_spmd(auto=True)", "annotate shardings with mark_sharding (or wrap "
+                    "the model in SpmdFullyShardedDataParallel)")
+
+
+def is_spmd() -> bool:
+    """True: torchspmd always runs one SPMD program."""
+    return True
+
+
+def device_type() -> str:
+    """The platform: ``'CPU'``, ``'CUDA'`` or ``'TPU'``."""
+    return jax.devices()[0].platform.upper()
+
+
+def addressable_device_count() -> int:
+    """1: the process's one virtual device."""
+    return 1
+
+
+def global_device_count() -> int:
+    """Every physical device of every process."""
+    return global_runtime_device_count()
+
+
+def host_index() -> int:
+    """This process's index."""
+    return process_index()
+
+
+def initialize_cache(path: str, readonly: bool = False) -> None:
+    """Keep XLA's compiled programs in ``path`` (JAX's persistent compilation cache)."""
+    if readonly:
+        unsupported("xr.initialize_cache(readonly=True)", "JAX's cache has no read-only mode; "
+                    "set TORCHSPMD_COMPILATION_CACHE=DIR")
+    jax.config.update("jax_compilation_cache_dir", path)

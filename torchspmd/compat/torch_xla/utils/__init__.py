@@ -1,0 +1,3 @@
+"""``torch_xla.utils``."""
+
+from . import utils  # noqa: F401
