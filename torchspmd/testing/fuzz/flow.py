@@ -89,18 +89,17 @@ def loop(b, body) -> None:
     """``for step in range(k):`` around a few drawn lines, with ``sync()`` or a read inside.
 
     The body is drawn once on CPU (each line checked as usual), then the whole loop is run
-    on CPU from the state before it; a loop CPU rejects on a later step (a line that
+    on CPU from the state before it (rebuilt by running the lines before it again); a loop CPU rejects on a later step (a line that
     changes a shape the next step relies on) is dropped.
     """
-    env, lines, count, marked = dict(b.env), list(b.lines), b.count, set(b.marked)
+    lines, count, marked = list(b.lines), b.count, set(b.marked)
     for _ in range(b.rng.randint(2, 5)):
         body()
     if b.rng.random() < 0.7:
         b.emit("xs.sync()" if b.rng.random() < 0.5 else f"xs.read({b.pick() or 't0'})")
     drawn, after = b.lines[len(lines):], b.count
-    b.env.clear()
-    b.env.update(env)
     b.lines[:] = lines
+    b.rebuild()  # the drawing ran the body once, in place too
     b.marked = marked | b.marked
     if not drawn:
         return

@@ -78,12 +78,26 @@ class Builder:
     def __init__(self, rng: random.Random):
         self.rng = rng
         self.lines: list[str] = []
-        self.env: dict = {"torch": torch, "data": data, "dev": "cpu", "xs": CpuCalls}
+        self.env: dict = self._fresh_env()
         self.count = 0
         self.meshes: list[MeshInfo] = []
         self.marked: set[str] = set()
 
     # -- state -------------------------------------------------------------------------
+
+    @staticmethod
+    def _fresh_env() -> dict:
+        return {"torch": torch, "data": data, "dev": "cpu", "xs": CpuCalls}
+
+    def rebuild(self) -> None:
+        """Run the kept lines again from a fresh namespace: the state they leave.
+
+        Restoring a copy of the namespace is not enough after in-place ops (``t.t_()``,
+        ``t.add_(1)``) changed the tensor objects themselves.
+        """
+        self.env = self._fresh_env()
+        for line in self.lines:
+            exec(line, self.env)
 
     def tensors(self) -> list[str]:
         return [n for n, v in self.env.items() if n.startswith("t") and isinstance(v, torch.Tensor)]
@@ -101,16 +115,14 @@ class Builder:
 
     def emit(self, line: str) -> bool:
         """Run ``line`` on CPU; keep it if CPU accepts it (and its results are small)."""
-        before = dict(self.env)
         try:
             exec(line, self.env)
+            kept = not any(isinstance(v, torch.Tensor) and v.numel() > 4096
+                           for v in self.env.values())
         except Exception:
-            self.env.clear()
-            self.env.update(before)
-            return False
-        if any(isinstance(v, torch.Tensor) and v.numel() > 4096 for v in self.env.values()):
-            self.env.clear()
-            self.env.update(before)
+            kept = False
+        if not kept:
+            self.rebuild()  # the line may have changed tensors in place before it failed
             return False
         self.lines.append(line)
         if self.new_name() in self.env:
