@@ -31,12 +31,14 @@ bench: setup
 	$(PY) benchmarks/trace_overhead.py
 	$(PY) benchmarks/train_step.py
 
-# The differential fuzzer (issue 9 §6): thousands of random sharded programs vs CPU eager;
-# failures are written to fuzz-failures/ as standalone repro scripts.
-FUZZ_PROGRAMS ?= 2000
+# The differential fuzzer: thousands of random sharded programs (op chains, loops, manual
+# regions, checkpoints, failures, compiled training steps) vs CPU eager, one process per
+# core; failures are written to fuzz-failures/ as standalone repro scripts.
+FUZZ_PROGRAMS ?= 5000
 FUZZ_SEED ?= 0
+FUZZ_JOBS ?= 2
 fuzz: setup
-	$(PY) -m torchspmd.testing.fuzz --programs $(FUZZ_PROGRAMS) --seed $(FUZZ_SEED) --out fuzz-failures
+	$(PY) -m torchspmd.testing.fuzz --programs $(FUZZ_PROGRAMS) --seed $(FUZZ_SEED) --jobs $(FUZZ_JOBS) --out fuzz-failures
 
 clean:
 	rm -rf $(VENV) build *.egg-info

@@ -13,7 +13,8 @@ import torch
 from torchspmd.testing.fuzz import generate, repro_script, run_program
 from torchspmd.sharding import XLAShardedTensor
 from torchspmd.testing.fuzz.oracle import check_shards, expected_sharding_text
-from torchspmd.testing.fuzz.runner import INTERNAL, OK, USER, WRONG, CpuCalls, run_source
+from torchspmd.testing.fuzz.calls import CpuCalls
+from torchspmd.testing.fuzz.runner import INTERNAL, OK, USER, WRONG, run_source
 
 SEED = 20261125
 CHUNKS = 4
@@ -34,6 +35,30 @@ def test_random_programs_match_cpu_or_raise_a_clear_error(chunk):
 def test_the_same_seed_and_index_give_the_same_program():
     assert generate(7, 3).source == generate(7, 3).source
     assert generate(7, 3).source != generate(7, 4).source
+
+
+# What users' programs do around their ops, each of which the fuzzer must draw.
+USER_ACTIONS = ("xs.read(", "for step in range(", "xs.manual(", "xs.checkpoint(", "xs.attempt(",
+                "xs.out_of_memory()", "xs.conv_grads(", "xs.compile(", "opt.step()")
+
+
+def test_programs_draw_every_user_action_and_grouped_convolutions():
+    sources = [generate(SEED, index).source for index in range(120)]
+    missing = [a for a in USER_ACTIONS if not any(a in source for source in sources)]
+    assert not missing
+    assert any("xs.conv_grads(" in s and ", 4, " in s for s in sources)  # groups=4
+
+
+def test_a_device_that_accepts_an_op_cpu_rejects_is_a_wrong_value():
+    outcome = run_source(PROGRAM.format(
+        extra="xs.attempt(lambda: t0 @ t0 if dev == 'cpu' else t0 + t0)"), False)
+    assert (outcome.kind, outcome.subkind) == (WRONG, "outcome")
+
+
+def test_an_out_of_memory_error_reaching_the_end_of_a_program_is_a_failure_that_spread():
+    outcome = run_source(PROGRAM.format(
+        extra="t1 = torch.ones(2**45, device=dev) if dev != 'cpu' else None; xs.sync()"), False)
+    assert (outcome.kind, outcome.subkind) == (INTERNAL, "failure spread")
 
 
 def test_a_repro_script_defines_the_program_and_replays_it():

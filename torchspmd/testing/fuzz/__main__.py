@@ -3,14 +3,29 @@
 from __future__ import annotations
 
 import argparse
+import collections
+import multiprocessing
 import sys
 import time
+from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 import torch
 
-from torchspmd.testing.fuzz.report import (FAILURES, fuzz, load_repro, minimize, repro_script,
-                                           run_program)
+from torchspmd.testing.fuzz.report import (FAILURES, fuzz, fuzz_in_worker, load_repro, minimize,
+                                           repro_script, run_program)
+
+
+def _fuzz_in_parallel(args) -> collections.Counter:
+    """Programs split into ``--jobs`` contiguous ranges, each run by its own process."""
+    share = -(-args.programs // args.jobs)
+    end = args.start + args.programs
+    ranges = [(i, min(share, end - i)) for i in range(args.start, end, share)]
+    # "spawn": JAX's runtime threads do not survive a fork.
+    with ProcessPoolExecutor(len(ranges), mp_context=multiprocessing.get_context("spawn")) as pool:
+        parts = [pool.submit(fuzz_in_worker, n, args.seed, args.out, start, args.verbose,
+                             args.shrink) for start, n in ranges]
+        return sum((part.result() for part in parts), collections.Counter())
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -25,6 +40,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--shrink-file", help="minimize the program of this repro script "
                         "(written by an earlier run) and rewrite the script")
     parser.add_argument("--verbose", action="store_true", help="print every outcome")
+    parser.add_argument("--jobs", type=int, default=1,
+                        help="processes running programs side by side (one per core)")
     args = parser.parse_args(argv)
     torch.set_num_threads(1)  # XLA's CPU threads and torch's fight on small hosts
     began = time.time()
@@ -37,7 +54,8 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.only is not None:
         args.start, args.programs = args.only, 1
-    counts = fuzz(args.programs, args.seed, args.out, args.start, args.verbose, args.shrink)
+    counts = _fuzz_in_parallel(args) if args.jobs > 1 else \
+        fuzz(args.programs, args.seed, args.out, args.start, args.verbose, args.shrink)
     print(f"{args.programs} programs (seed {args.seed}, from {args.start}) in "
           f"{time.time() - began:.0f} s:")
     for kind, n in sorted(counts.items()):

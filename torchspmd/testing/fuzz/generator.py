@@ -13,12 +13,14 @@ from __future__ import annotations
 
 import math
 import random
+import textwrap
 from dataclasses import dataclass
 
 import torch
 
-from torchspmd.testing.fuzz import ops
-from torchspmd.testing.fuzz.runner import CpuCalls, data
+from torchspmd.testing.fuzz import flow, ops
+from torchspmd.testing.fuzz.calls import CpuCalls, data
+from torchspmd.testing.fuzz.training import training_program
 
 N_DEVICES = 8
 DTYPES = (torch.float32, torch.int64, torch.bfloat16)
@@ -76,12 +78,26 @@ class Builder:
     def __init__(self, rng: random.Random):
         self.rng = rng
         self.lines: list[str] = []
-        self.env: dict = {"torch": torch, "data": data, "dev": "cpu", "xs": CpuCalls}
+        self.env: dict = self._fresh_env()
         self.count = 0
         self.meshes: list[MeshInfo] = []
         self.marked: set[str] = set()
 
     # -- state -------------------------------------------------------------------------
+
+    @staticmethod
+    def _fresh_env() -> dict:
+        return {"torch": torch, "data": data, "dev": "cpu", "xs": CpuCalls}
+
+    def rebuild(self) -> None:
+        """Run the kept lines again from a fresh namespace: the state they leave.
+
+        Restoring a copy of the namespace is not enough after in-place ops (``t.t_()``,
+        ``t.add_(1)``) changed the tensor objects themselves.
+        """
+        self.env = self._fresh_env()
+        for line in self.lines:
+            exec(line, self.env)
 
     def tensors(self) -> list[str]:
         return [n for n, v in self.env.items() if n.startswith("t") and isinstance(v, torch.Tensor)]
@@ -99,16 +115,14 @@ class Builder:
 
     def emit(self, line: str) -> bool:
         """Run ``line`` on CPU; keep it if CPU accepts it (and its results are small)."""
-        before = dict(self.env)
         try:
             exec(line, self.env)
+            kept = not any(isinstance(v, torch.Tensor) and v.numel() > 4096
+                           for v in self.env.values())
         except Exception:
-            self.env.clear()
-            self.env.update(before)
-            return False
-        if any(isinstance(v, torch.Tensor) and v.numel() > 4096 for v in self.env.values()):
-            self.env.clear()
-            self.env.update(before)
+            kept = False
+        if not kept:
+            self.rebuild()  # the line may have changed tensors in place before it failed
             return False
         self.lines.append(line)
         if self.new_name() in self.env:
@@ -179,6 +193,32 @@ class Builder:
             self.marked.add(name)
 
 
+# How often a program trains a model rather than chaining ops.
+TRAINING_SHARE = 0.2
+
+
+def _draw_line(b: Builder, rng: random.Random, in_loop: bool = False) -> None:
+    """One drawn line of an op program: an op, a sharding call, or what users do around
+    them (a read, a manual region, a loop, a checkpoint, an error followed by more work)."""
+    choice = rng.random()
+    if choice < 0.25:
+        b.sharding_call()
+    elif choice < 0.32:
+        flow.read(b)
+    elif choice < 0.37:
+        flow.manual(b)
+    elif choice < 0.41 and not in_loop:
+        flow.loop(b, lambda: _draw_line(b, rng, in_loop=True))
+    elif choice < 0.43 and not in_loop:
+        flow.checkpoint(b)
+    elif choice < 0.445:
+        flow.attempt(b)
+    elif choice < 0.455 and not in_loop:
+        flow.out_of_memory(b)
+    else:
+        ops.random_op(b)
+
+
 def generate(seed: int, index: int) -> Program:
     """The ``index``-th program of the run seeded ``seed`` (a pure function of both)."""
     rng = random.Random(seed * 1_000_003 + index)
@@ -196,15 +236,15 @@ def generate(seed: int, index: int) -> Program:
         b.meshes.append(_mesh("m1", ids, rng))
     for m in b.meshes:
         b.emit(f"{m.name} = xs.Mesh({m.ids}, {m.shape}, {m.names!r})")
-    for _ in range(rng.randint(1, 3)):
-        b.fresh()
-    for _ in range(rng.randint(5, 18)):
-        if rng.random() < 0.3:
-            b.sharding_call()
-        else:
-            ops.random_op(b)
+    if rng.random() < TRAINING_SHARE:
+        training_program(b, rng)
+    else:
+        for _ in range(rng.randint(1, 3)):
+            b.fresh()
+        for _ in range(rng.randint(5, 18)):
+            _draw_line(b, rng)
     names = b.tensors()
-    body = "\n".join("    " + line for line in b.lines)
+    body = textwrap.indent("\n".join(b.lines), "    ")
     result = ", ".join(f"{n!r}: {n}" for n in names)
     source = f"def program(dev, xs):\n{body}\n    return {{{result}}}\n"
     return Program(seed, index, source, mixes)

@@ -2,7 +2,7 @@
 
 Families: elementwise ops (with broadcasting and casts), views, in-place writes (through
 views too), reductions, matmuls, indexing (advanced indices, gather, index_select,
-index_put_), cat/stack and softmax. A family that needs a partner tensor of some shape
+index_put_), cat/stack, softmax, and grouped convolutions with their gradients. A family that needs a partner tensor of some shape
 makes one. Ops whose result is discrete (argmax, comparisons, casts to int) are applied
 only to values with no rounding in them, so CPU and XLA cannot legitimately differ.
 Example::
@@ -11,6 +11,8 @@ Example::
 """
 
 from __future__ import annotations
+
+import math
 
 import torch
 
@@ -215,8 +217,31 @@ def combine(b) -> None:
         b.assign(f"torch.cat([{x}, {y}, {x}][:{rng.randint(2, 3)}], {d})")
 
 
+def convolution(b) -> None:
+    """A grouped (or depthwise) 1-, 2- or 3-d convolution with its input and weight
+    gradients, its input marked with a random spec (the batch or channels sharded)."""
+    rng = b.rng
+    dims = rng.choice((1, 1, 2, 2, 3))
+    groups = rng.choice((1, 2, 4))
+    per_group = rng.choice((1, 1, 2))  # 1: depthwise when out channels == groups
+    channels = groups * per_group
+    out_channels = groups * rng.choice((1, 2))
+    batch = rng.choice((2, 4, 8))
+    spatial = tuple(rng.choice((3, 4, 5, 6) if dims < 3 else (3, 4)) for _ in range(dims))
+    while batch > 2 and batch * channels * math.prod(spatial) > 1024:  # programs stay small
+        batch //= 2
+    kernel = tuple(rng.choice((1, 2, 3)) for _ in range(dims))
+    x = b.fresh((batch, channels) + spatial, torch.float32)
+    w = b.fresh((out_channels, per_group) + kernel, torch.float32)
+    stride, padding, dilation = rng.choice((1, 2)), rng.choice((0, 1)), rng.choice((1, 1, 2))
+    mesh = rng.choice(b.meshes)
+    spec = b.spec(mesh, dims + 2)
+    b.assign(f"xs.conv_grads({x}, {w}, {groups}, {stride}, {padding}, {dilation}, "
+             f"{mesh.name}, {spec!r})")
+
+
 FAMILIES = ((elementwise, 5), (view, 4), (in_place, 4), (reduction, 3), (matmul, 2),
-            (indexing, 2), (combine, 2))
+            (indexing, 2), (combine, 2), (convolution, 1))
 
 
 def random_op(b) -> None:

@@ -119,3 +119,11 @@ def fuzz(programs: int, seed: int, out_dir: str | Path | None = None, start: int
             counts["reproduces standalone" if alone else "needs earlier programs"] += 1
             print(f"    repro: {path} ({'fails' if alone else 'passes'} on its own)", flush=True)
     return counts
+
+
+def fuzz_in_worker(*args) -> collections.Counter:
+    """:func:`fuzz` in a worker process of ``--jobs`` (one torch thread, as in the parent)."""
+    import torch
+
+    torch.set_num_threads(1)
+    return fuzz(*args)

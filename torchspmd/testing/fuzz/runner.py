@@ -21,6 +21,8 @@ import torchspmd
 from torchspmd.runtime.placement import MeshMismatchError
 from torchspmd.sharding import XLAShardedTensor, get_sharding
 from torchspmd.testing.fuzz import oracle
+from torchspmd.testing.fuzz.calls import (CpuCalls, SpmdCalls, WrongOutcome, WrongSharding,
+                                          data, raised_in_jax)
 
 OK, WRONG, INTERNAL, USER, INVALID = "ok", "wrong value", "internal error", "user error", "invalid program"
 
@@ -43,70 +45,6 @@ class Outcome:
     subkind: str = ""
 
 
-class WrongSharding(Exception):
-    """An annotation's text differs from the oracle's (a wrong value of ``get_sharding``)."""
-
-
-def data(shape: tuple[int, ...], dtype: torch.dtype, seed: int) -> torch.Tensor:
-    """Small integer-valued CPU data of ``shape``: exact in every fuzzed dtype.
-
-    >>> data((2, 3), torch.float32, 0).shape
-    torch.Size([2, 3])
-    """
-    g = torch.Generator().manual_seed(seed)
-    return torch.randint(-4, 5, shape, generator=g).to(dtype)
-
-
-class CpuCalls:
-    """The sharding API as a no-op, so a program replays on CPU eager."""
-
-    @staticmethod
-    def Mesh(device_ids, mesh_shape, axis_names=None):  # noqa: N802 (torchspmd's name)
-        return (tuple(device_ids), tuple(mesh_shape), axis_names)
-
-    @staticmethod
-    def mark_sharding(t, mesh, spec):
-        return t
-
-    annotate_custom_sharding = mark_sharding
-
-    @staticmethod
-    def clear_sharding(t):
-        return t
-
-    @staticmethod
-    def sync():
-        return None
-
-
-class SpmdCalls:
-    """The real sharding API; each annotation's text is checked against the oracle."""
-
-    Mesh = torchspmd.Mesh
-    clear_sharding = staticmethod(torchspmd.clear_sharding)
-    sync = staticmethod(torchspmd.sync)
-
-    @staticmethod
-    def _checked(call, t, mesh, spec):
-        result = call(t, mesh, spec)
-        want = oracle.expected_sharding_text(mesh.device_ids.tolist(), mesh.mesh_shape,
-                                             mesh.axis_names, tuple(spec))
-        got = get_sharding(t)
-        if got != want:
-            raise WrongSharding(f"{call.__name__}(spec={tuple(spec)}) on mesh "
-                                f"{mesh.device_ids.tolist()} {mesh.mesh_shape}: get_sharding "
-                                f"gives {got!r}, expected {want!r}")
-        return result
-
-    @classmethod
-    def mark_sharding(cls, t, mesh, spec):
-        return cls._checked(torchspmd.mark_sharding, t, mesh, spec)
-
-    @classmethod
-    def annotate_custom_sharding(cls, t, mesh, spec):
-        return cls._checked(torchspmd.annotate_custom_sharding, t, mesh, spec)
-
-
 def compile_program(source: str):
     """The ``program`` function defined by ``source``."""
     namespace = {"torch": torch, "data": data}
@@ -114,22 +52,21 @@ def compile_program(source: str):
     return namespace["program"]
 
 
-def _raised_in_jax(e: BaseException) -> bool:
-    frames = traceback.extract_tb(e.__traceback__)
-    return bool(frames) and ("/jax/" in frames[-1].filename or "/jaxlib/" in frames[-1].filename)
-
-
 def classify(e: BaseException, mixes_device_sets: bool) -> Outcome:
     """Whether an exception of the spmd run is an error a user may get, or a bug."""
     text = f"{type(e).__name__}: {' '.join(str(e).split())[:400]}"
     if isinstance(e, WrongSharding):
         return Outcome(WRONG, str(e), "sharding text")
+    if isinstance(e, WrongOutcome):
+        return Outcome(WRONG, str(e), "outcome")
     if isinstance(e, MeshMismatchError):
         # Meshes over one device set must mix freely (docs/concepts/rules.md "Device order").
         return Outcome(USER, text, "mesh mismatch") if mixes_device_sets else Outcome(INTERNAL, text)
     if isinstance(e, torch.OutOfMemoryError):
-        return Outcome(USER, text, "out of memory")
-    if isinstance(e, (AssertionError, KeyError, IndexError, AttributeError)) or _raised_in_jax(e):
+        # Programs keep every tensor small: the only step that cannot fit is the one
+        # ``xs.out_of_memory()`` makes and catches. One reaching the end has spread.
+        return Outcome(INTERNAL, text, "failure spread")
+    if isinstance(e, (AssertionError, KeyError, IndexError, AttributeError)) or raised_in_jax(e):
         return Outcome(INTERNAL, text)
     for message, subkind in _EXPECTED_MESSAGES.items():
         if message in str(e):

@@ -1,0 +1,86 @@
+"""Fuzz programs that train: a small model, random shardings, a compiled or lazy step.
+
+The model (Linear, an activation, maybe LayerNorm, Linear), its parameters' and the
+batch's shardings, the optimizer (SGD with momentum, Adam, AdamW), a learning-rate
+schedule, and what happens between steps (reads, a checkpoint saved and loaded back into
+the parameters, an op that fails, a step that runs out of memory) are drawn at random.
+The step is ``torchspmd.compile``-d or runs lazily with ``sync()``. Every parameter, its
+gradient and the last loss are compared with CPU's. Example::
+
+    >>> program = training_program(rng, builder)   # lines written into ``builder``
+"""
+
+from __future__ import annotations
+
+import random
+
+import torch
+
+from torchspmd.testing.fuzz import flow
+
+_ACTIVATIONS = ("torch.nn.GELU()", "torch.nn.ReLU()", "torch.nn.Tanh()")
+_OPTIMIZERS = ("torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)",
+               "torch.optim.Adam(model.parameters(), lr=0.01)",
+               "torch.optim.AdamW(model.parameters(), lr=0.01, weight_decay=0.1)")
+
+
+def _between_steps(b, rng: random.Random) -> list[str]:
+    """What the loop does after each step: reads, a checkpoint, a failure."""
+    lines = []
+    if rng.random() < 0.5:
+        lines.append("xs.read(loss)")
+    if rng.random() < 0.2:
+        lines.append("xs.checkpoint(model.state_dict())")
+    if rng.random() < 0.15:
+        lines.append("xs.attempt(lambda: model(torch.ones(1, 3, device=dev)))")
+    if rng.random() < 0.1:
+        lines.append("oom = xs.out_of_memory()")
+    return lines
+
+
+def training_program(b, rng: random.Random) -> None:
+    """Write a training program's lines into ``b`` (whose first mesh is ``m0``)."""
+    mesh = b.meshes[0]
+    width_in, hidden, width_out = (rng.choice((4, 8, 16)) for _ in range(3))
+    batch = rng.choice((4, 8, 16))
+    layers = [f"torch.nn.Linear({width_in}, {hidden})", rng.choice(_ACTIVATIONS)]
+    if rng.random() < 0.4:
+        layers.append(f"torch.nn.LayerNorm({hidden})")
+    layers.append(f"torch.nn.Linear({hidden}, {width_out})")
+    b.emit(f"torch.manual_seed({rng.randrange(1000)})")
+    b.emit(f"model = torch.nn.Sequential({', '.join(layers)}).to(dev)")
+    for name, p in b.env["model"].named_parameters():
+        if rng.random() < 0.6:
+            b.emit(f"xs.mark_sharding(model.get_parameter({name!r}), {mesh.name}, "
+                   f"{b.spec(mesh, p.dim())!r})")
+    b.emit(f"opt = {rng.choice(_OPTIMIZERS)}")
+    scheduled = rng.random() < 0.4
+    if scheduled:
+        b.emit("sched = torch.optim.lr_scheduler.StepLR(opt, 1, gamma=0.5)")
+    x = b.fresh((batch, width_in), torch.float32)
+    y = b.fresh((batch, width_out), torch.float32)
+    if rng.random() < 0.7:
+        b.emit(f"xs.mark_sharding({x}, {mesh.name}, {b.spec(mesh, 2)!r})")
+    b.emit("def train_step(x, y):\n"
+           "    opt.zero_grad()\n"
+           "    loss = torch.nn.functional.mse_loss(model(x / 4), y / 4)\n"
+           "    loss.backward()\n"
+           "    opt.step()\n"
+           "    return loss")
+    compiled = rng.random() < 0.7
+    b.emit("step_fn = xs.compile(train_step)" if compiled else "step_fn = train_step")
+    body = ["loss = step_fn(x0, y0)".replace("x0", x).replace("y0", y)]
+    if not compiled:
+        body.append("xs.sync()")
+    if scheduled:
+        body.append("sched.step()")
+    body += _between_steps(b, rng)
+    steps = rng.randint(2, 4)
+    b.emit(f"for step in range({steps}):\n" + "\n".join("    " + line for line in body))
+    b.assign("loss.detach()")
+    for name, p in b.env["model"].named_parameters():
+        b.assign(f"model.get_parameter({name!r}).detach()")
+        if p.grad is not None:
+            b.assign(f"model.get_parameter({name!r}).grad")
+    if rng.random() < 0.3:  # and work after the training, on what it produced
+        flow.read(b)
