@@ -169,3 +169,18 @@ def test_a_manual_region_inside_a_compiled_step_updates_state_like_cpu():
         w_cpu += x_cpu.exp() * 2
         torch.testing.assert_close(y.cpu(), x_cpu.exp() * 2)
     torch.testing.assert_close(w.cpu(), w_cpu)
+
+
+def test_two_regions_in_one_graph_each_run_when_their_inputs_are_ready():
+    """The second region's input is made after the first region ends (here an annotation
+    of the same tensor); each region is its own shard_map, run in program order."""
+    cpu = (torch.arange(40.) - 20).reshape(8, 5)
+    x = cpu.to("spmd")
+    mesh = xs.Mesh([7, 0, 2, 5], (4,))
+    first = xs.enable_manual_sharding(x, (0, None), mesh=mesh).global_tensor
+    y = xs.disable_manual_sharding(torch.relu(first), (0, None), (8, 5), mesh=mesh).global_tensor
+    xs.annotate_custom_sharding(x, xs.Mesh([1, 6, 4, 3, 0, 5, 7, 2], (8,), ("a",)), ("a", None))
+    second = xs.enable_manual_sharding(x, (0, None), mesh=mesh).global_tensor
+    z = xs.disable_manual_sharding(second * 2, (0, None), (8, 5), mesh=mesh).global_tensor
+    torch.testing.assert_close(y.cpu(), torch.relu(cpu))
+    torch.testing.assert_close(z.cpu(), cpu * 2)

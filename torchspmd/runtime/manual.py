@@ -71,15 +71,29 @@ def local_blocks(values: list) -> list[bool]:
             for value in values]
 
 
-def manual_steps(steps: list) -> frozenset[int]:
-    """Indices of the steps that compute on local blocks (entries included, exits not)."""
-    manual: set[int] = set()
+def manual_steps(steps: list) -> dict[int, int]:
+    """The steps that compute on local blocks (entries included, exits not), each mapped
+    to its region: the index of the region's first entry. Regions that share a body step
+    are one region; a graph may hold several, one after another (a loop's steps, say)."""
+    region: dict[int, int] = {}
     for i, (sig, operands) in enumerate(steps):
         if sig.op is FULL_TO_SHARD:
-            manual.add(i)
-        elif sig.op is not SHARD_TO_FULL and any(c >= 0 and c // OUTPUTS in manual for c in operands):
-            manual.add(i)
-    return frozenset(manual)
+            region[i] = i
+        elif sig.op is not SHARD_TO_FULL:
+            joined = sorted({region[c // OUTPUTS] for c in operands
+                             if c >= 0 and c // OUTPUTS in region})
+            if joined:
+                region[i] = joined[0]
+                for j, r in region.items():  # a step joining two regions merges them
+                    if r in joined[1:]:
+                        region[j] = joined[0]
+    return region
+
+
+def exit_region(steps: list, manual: dict[int, int], i: int) -> int | None:
+    """The region whose local block the exit ``steps[i]`` (a ``shard_to_full``) reassembles."""
+    code = steps[i][1][0]
+    return manual.get(code // OUTPUTS) if code >= 0 else None
 
 
 def check_region(steps: list, manual: frozenset[int], roots: list) -> None:
@@ -101,11 +115,13 @@ def check_region(steps: list, manual: frozenset[int], roots: list) -> None:
                 "disable_manual_sharding on it first to get the global tensor back.")
 
 
-def run_region(steps, manual, values, operand, lower, step_scalars) -> None:
-    """Compute every exit of the manual region into ``values`` with one shard_map."""
-    entries = [i for i in sorted(manual) if steps[i][0].op is FULL_TO_SHARD]
-    body_steps = [i for i in sorted(manual) if steps[i][0].op is not FULL_TO_SHARD]
-    exits = [i for i, (sig, _) in enumerate(steps) if sig.op is SHARD_TO_FULL]
+def run_region(steps, manual, values, operand, lower, step_scalars, region: int) -> None:
+    """Compute every exit of the manual region ``region`` into ``values`` with one shard_map."""
+    inside = sorted(i for i, r in manual.items() if r == region)
+    entries = [i for i in inside if steps[i][0].op is FULL_TO_SHARD]
+    body_steps = [i for i in inside if steps[i][0].op is not FULL_TO_SHARD]
+    exits = [i for i, (sig, _) in enumerate(steps)
+             if sig.op is SHARD_TO_FULL and exit_region(steps, manual, i) == region]
     mesh = mesh_in_id_order(steps[entries[0]][0].template[1].mesh)  # programs run in id order
     scalars = [step_scalars[i] for i in body_steps]
 

@@ -21,7 +21,7 @@ from torchspmd.lowering import jax_private
 from torchspmd.runtime import transfer
 from torchspmd.runtime.donation import NOT_USABLE, output_avals
 from torchspmd.runtime.graph import OUTPUTS, Graph
-from torchspmd.runtime.manual import check_region, manual_steps, run_region
+from torchspmd.runtime.manual import check_region, exit_region, manual_steps, run_region
 from torchspmd.runtime.memory import check_fits
 from torchspmd.runtime.metrics import COUNTERS
 
@@ -212,7 +212,8 @@ class Program:
                 continue  # computed by the region's shard_map, at its first exit
             if sig.op is SHARD_TO_FULL:
                 if values[i] is None:
-                    run_region(self.steps, self.manual, values, operand, _lower, step_scalars)
+                    run_region(self.steps, self.manual, values, operand, _lower, step_scalars,
+                               exit_region(self.steps, self.manual, i))
                 continue
             values[i] = _lower(sig, [operand(c) for c in operands], step_scalars[i])
         return [[values[p][i] for i in outs] for p, outs in self.roots]
