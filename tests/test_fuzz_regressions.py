@@ -3,6 +3,8 @@ to its few lines and compared with CPU PyTorch."""
 
 from __future__ import annotations
 
+import gc
+
 import pytest
 import torch
 
@@ -123,3 +125,46 @@ def test_annotate_custom_sharding_replaces_the_mark_of_a_full_slice():
     annotate_custom_sharding(view, mesh, (None, "a"))
     assert get_sharding(view) == "{devices=[1,2]3,2}"
     assert view.cpu().tolist() == [[1.0, 1.0]] * 4
+
+
+def test_sync_does_not_run_the_work_of_a_dropped_tensor_a_reference_cycle_holds():
+    # A failed program's tensors, held by a cycle until the collector ran, made the next
+    # program's sync() raise their MeshMismatchError.
+    a = torch.ones(4).to(DEV)
+    b = torch.ones(4).to(DEV)
+    mark_sharding(a, Mesh([0, 1], (2,)), (0,))
+    mark_sharding(b, Mesh([4, 3], (2,)), (0,))
+    x = torch.arange(4.).to(DEV)
+    enabled = gc.isenabled()
+    gc.disable()  # the cycle below is collected only when sync() asks
+    try:
+        cycle = {"mixed": a + b}
+        cycle["self"] = cycle
+        del cycle
+        y = x * 2
+        torchspmd.sync()
+    finally:
+        if enabled:
+            gc.enable()
+    assert y.cpu().tolist() == [0.0, 2.0, 4.0, 6.0]
+
+
+def test_a_failed_step_keeps_no_tensor_of_its_time_alive():
+    # The failed value kept its error's traceback, whose frames held every storage pending
+    # when the step ran: a tensor dropped since stayed alive, and its later work (here a
+    # move to another mesh) was run, and raised, by every sync().
+    big = torch.ones(2**45, device=DEV) * 2
+    a = torch.ones(4).to(DEV)
+    mark_sharding(a, Mesh([0, 1], (2,)), (0,))
+    dropped = a * 3
+    try:
+        big[:2].cpu()
+    except torch.OutOfMemoryError:
+        pass
+    annotate_custom_sharding(dropped, Mesh([4, 3], (2,)), (0,))
+    del dropped
+    y = torch.arange(4.).to(DEV) * 2
+    torchspmd.sync()
+    assert y.cpu().tolist() == [0.0, 2.0, 4.0, 6.0]
+    with pytest.raises(torch.OutOfMemoryError):
+        big.cpu()

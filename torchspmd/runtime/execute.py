@@ -9,6 +9,7 @@ that fails again raise its error when read (``failure``); everything else stays 
 
 from __future__ import annotations
 
+import gc
 import weakref
 
 import jax
@@ -59,12 +60,32 @@ def sync(wait: bool = False) -> None:
     """
     if is_recording():
         return
-    storages, _, values = take_pending()
-    wanted = wanted_outputs(values)
-    execute(sorted(wanted, key=lambda n: n.seq), wanted, successors(storages))
+    storages, views, values = take_pending()
+    try:
+        _compute(storages, values)
+        mixed = False
+    except placement.MeshMismatchError:
+        mixed = True  # out of the handler: its traceback holds the pending values
+    if mixed:
+        # Nothing that mixes device sets ran. It may be the work of tensors already
+        # dropped but not yet collected (held by a reference cycle: an exception's
+        # traceback, say), whose graphs are never to run (the pending sets are weak for
+        # that): collect those, and run what live tensors still need.
+        PENDING.update(storages)
+        PENDING_VIEWS.update(views)
+        del storages, views, values
+        gc.collect()
+        storages, _, values = take_pending()
+        _compute(storages, values)
     if wait:
         wait_device_ops()
     hooks.after_run(blocking=wait)
+
+
+def _compute(storages: list, values: list) -> None:
+    """Run the graph of the pending ``values`` taken with ``storages``."""
+    wanted = wanted_outputs(values)
+    execute(sorted(wanted, key=lambda n: n.seq), wanted, successors(storages))
 
 
 def take_pending() -> tuple[list, list, list[tuple[Node, int]]]:

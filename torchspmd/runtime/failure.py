@@ -14,6 +14,8 @@ tensors raises an error that names the failure (never a stale value)::
 
 from __future__ import annotations
 
+import copy
+
 import torch
 
 from torchspmd.lazy.node import Node
@@ -31,7 +33,7 @@ class FailedValue:
     __slots__ = ("error",)
 
     def __init__(self, error: BaseException):
-        self.error = error
+        self.error = _detached(error)
 
     def raise_error(self):
         """Raise the error a read of this value gets: for a step out of memory, the same
@@ -53,6 +55,22 @@ class FailedValue:
 
     def __getattr__(self, name):
         self.raise_error()
+
+
+def _detached(error: BaseException) -> BaseException:
+    """A copy of ``error`` without its traceback (nor the errors chained to it).
+
+    A failed value lives as long as its tensor, and a traceback keeps alive every frame
+    it passed through, with their locals: the step's other tensors, which would then
+    never be freed, and whose pending work every later ``sync()`` would still run.
+    """
+    try:
+        detached = copy.copy(error)
+    except Exception:  # noqa: BLE001  (an exception type that cannot be rebuilt)
+        detached = StepFailedError(f"{type(error).__name__}: {error}")
+    detached.__traceback__ = None
+    detached.__cause__ = detached.__context__ = None
+    return detached
 
 
 def is_failed(array) -> bool:

@@ -17,6 +17,7 @@ import jax
 import torch
 
 from torchspmd.device.tensor import SpmdTensor
+from torchspmd.lazy.annotation import annotation
 from torchspmd.lazy.handle import Handle
 from torchspmd.lazy.node import TensorMeta
 from torchspmd.lazy.record import meta_of
@@ -67,9 +68,12 @@ def target_layout(t: torch.Tensor) -> jax.sharding.Sharding:
 
 
 def replace_data(t: torch.Tensor, array: jax.Array) -> None:
-    """Make ``t`` (and every view of its storage) hold ``array``, keeping its sharding.
+    """Make ``t`` (and every view of its storage) hold ``array``, keeping its annotation.
 
-    ``array`` must have ``t``'s shape and be laid out as ``target_layout(t)``.
+    ``array`` must have ``t``'s shape and be laid out as ``target_layout(t)``. As after
+    an in-place write, only an annotation stays ``t``'s: a layout XLA chose for an
+    unannotated value is where the data lies, not a mark that later computations must
+    keep (it would pin them to its devices, e.g. all of them next to a sub-mesh view).
 
     >>> replace_data(w, loaded)  # doctest: +SKIP
     """
@@ -78,7 +82,7 @@ def replace_data(t: torch.Tensor, array: jax.Array) -> None:
     if tuple(array.shape) != tuple(t.shape):
         raise ValueError(f"torchspmd: data of shape {tuple(array.shape)} cannot replace a "
                          f"tensor of shape {tuple(t.shape)}")
-    tensor._h.assign(state.new_leaf(meta_of(value), array=array, sharding=_sharding(t)))
+    tensor._h.assign(state.new_leaf(meta_of(value), array=array, sharding=annotation(value)))
 
 
 def tensor_from_array(array: jax.Array, dtype: torch.dtype,

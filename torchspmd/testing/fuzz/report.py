@@ -9,6 +9,7 @@ Example::
 from __future__ import annotations
 
 import collections
+import os
 import re
 import subprocess
 import sys
@@ -85,7 +86,11 @@ def load_repro(path: str | Path) -> Program:
 
 def _reproduces(path: Path) -> bool:
     """Whether the repro script fails on its own, in a fresh process."""
-    done = subprocess.run([sys.executable, str(path)], capture_output=True, timeout=600)
+    # The script must import this torchspmd (a worktree's), not whichever one is installed.
+    root = str(Path(__file__).resolve().parents[3])
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(
+        p for p in (root, os.environ.get("PYTHONPATH")) if p))
+    done = subprocess.run([sys.executable, str(path)], capture_output=True, timeout=600, env=env)
     return done.returncode != 0
 
 
