@@ -195,7 +195,9 @@ class SpmdCalls(CpuCalls):
     def out_of_memory():
         big = torch.ones(_IMPOSSIBLE_ELEMENTS, device=torchspmd.device()) * 2
         try:
-            big[:2].cpu()
+            # sync(), not a read of a few elements: a read needs only what it reads, which
+            # XLA may compute without the whole tensor when other work cannot run with it.
+            torchspmd.sync()
         except torch.OutOfMemoryError:
             return big  # kept alive by the program: its failed work must not spread
         raise WrongOutcome(f"a step with a {_IMPOSSIBLE_ELEMENTS}-element tensor did not raise "
