@@ -1,0 +1,43 @@
+"""XLA aborts the process (a CHECK failure in its SPMD partitioner) on the gradient of a
+strided convolution whose input is sharded over a spatial dim. Plain JAX reproduces it,
+so torchspmd cannot catch it: the limit is documented (docs/limits.md), and the fuzzer
+shards convolutions over batch and channels only.
+
+When this test fails, XLA is fixed: drop the limit and let the fuzzer draw spatial specs
+again (``torchspmd/testing/fuzz/ops.py: convolution``).
+"""
+
+import subprocess
+import sys
+import textwrap
+
+REPRO = textwrap.dedent("""
+    import os
+    os.environ["XLA_FLAGS"] = "--xla_force_host_platform_device_count=8"
+    import jax, numpy as np
+    from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+    mesh = Mesh(np.array(jax.devices()).reshape(4, 2), ("a", "b"))
+    x = np.ones((4, 2, 4, 3, 4), np.float32)
+    w = np.ones((2, 2, 2, 3, 1), np.float32)
+    def loss(x, w):
+        y = jax.lax.conv_general_dilated(x, w, (STRIDE,) * 3, [(1, 1)] * 3)
+        return (y * y).sum()
+    x = jax.device_put(x, NamedSharding(mesh, P(None, None, "b", None, "a")))
+    jax.jit(jax.grad(loss, argnums=(0, 1)))(x, w)
+    print("survived")
+""")
+
+
+def run(stride: int) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-c", REPRO.replace("STRIDE", str(stride))],
+                          capture_output=True, text=True, timeout=300)
+
+
+def test_xla_still_aborts_on_a_strided_conv_gradient_with_spatial_sharding():
+    done = run(2)
+    assert done.returncode != 0 and "Check failed" in done.stderr, done.stdout + done.stderr
+
+
+def test_the_same_convolution_without_a_stride_partitions():
+    done = run(1)
+    assert done.returncode == 0 and "survived" in done.stdout, done.stderr
