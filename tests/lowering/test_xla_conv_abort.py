@@ -41,3 +41,26 @@ def test_xla_still_aborts_on_a_strided_conv_gradient_with_spatial_sharding():
 def test_the_same_convolution_without_a_stride_partitions():
     done = run(1)
     assert done.returncode == 0 and "survived" in done.stdout, done.stderr
+
+
+UNSHARDED = textwrap.dedent("""
+    import jax, numpy as np
+    x = np.ones((2, 1, 3, 6), np.float32)
+    w = np.ones((2, 1, 3, 2), np.float32)
+    def loss(x, w):
+        y = jax.lax.conv_general_dilated(x, w, (2, 2), [(1, 1), (1, 1)])
+        return (y * y).sum()
+    jax.jit(jax.grad(loss, argnums=(0, 1)))(x, w)
+    print("survived")
+""")
+
+
+def test_xla_cpu_still_aborts_on_this_strided_conv2d_gradient_even_unsharded():
+    """Found by the fuzzer (seed 0, program 2700): XLA's algebraic simplifier CHECK-fails
+    ("Window dimensions do not match RHS shape") on the gradient of a stride-2 conv2d with
+    a 3x2 kernel, padding 1, on a 3x6 input, with no sharding at all. torchspmd lowers
+    conv2d's backward through the same convolutions, so a user's process aborts too
+    (docs/limits.md). When this test fails, XLA is fixed."""
+    done = subprocess.run([sys.executable, "-c", UNSHARDED], capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode != 0 and "Check failed" in done.stderr, done.stdout + done.stderr
