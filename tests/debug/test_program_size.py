@@ -4,11 +4,12 @@ import jax
 import numpy as np
 import pytest
 import torch
-import torch.nn.functional as F
 
 import torchspmd
 from torchspmd.debug import collectives, compare_programs, program_size
 from torchspmd.sharding import Mesh, mark_sharding
+
+from tests.step.helpers import train_step
 
 # The fused computation's copy and dot are inside one kernel: only the entry's count.
 SYNTHETIC = """
@@ -42,18 +43,6 @@ def test_program_size_counts_the_entry_and_leaves_fused_computations_out():
     assert size.collectives["all-reduce"] == 1
 
 
-def _sgd_step(model, opt):
-    @torchspmd.compile
-    def step(x, y):
-        opt.zero_grad()
-        loss = F.mse_loss(model(x), y)
-        loss.backward()
-        opt.step()
-        return loss
-
-    return step
-
-
 def _jax_sgd(w, b, x, y):
     def loss(w, b):
         return jax.numpy.mean((x @ w.T + b - y) ** 2)
@@ -66,7 +55,7 @@ def test_compare_programs_puts_a_compiled_step_next_to_a_jax_function():
     torch.manual_seed(0)
     model = torch.nn.Linear(8, 4).to(torchspmd.device())
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
-    step = _sgd_step(model, opt)
+    step = torchspmd.compile(train_step(model, opt))
     x, y = torch.randn(16, 8), torch.randn(16, 4)
     step(x.to(torchspmd.device()), y.to(torchspmd.device()))
     args = [np.float32(a) for a in (np.zeros((4, 8)), np.zeros(4), x.numpy(), y.numpy())]
@@ -85,7 +74,7 @@ def test_compare_programs_shows_the_collectives_of_both_programs():
     model = torch.nn.Linear(8, 16).to(torchspmd.device())
     mark_sharding(model.weight, mesh, ("x", None))
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
-    step = _sgd_step(model, opt)
+    step = torchspmd.compile(train_step(model, opt))
     x, y = torch.randn(16, 8).to(torchspmd.device()), torch.randn(16, 16).to(torchspmd.device())
     step(x, y)
     hlo = step.optimized_hlo()
@@ -97,7 +86,7 @@ def test_compare_programs_shows_the_collectives_of_both_programs():
 
 def test_compare_programs_before_the_step_ran_says_so():
     model = torch.nn.Linear(2, 2).to(torchspmd.device())
-    step = _sgd_step(model, torch.optim.SGD(model.parameters(), lr=0.1))
+    step = torchspmd.compile(train_step(model, torch.optim.SGD(model.parameters(), lr=0.1)))
     with pytest.raises(RuntimeError, match="has not run yet"):
         compare_programs(step, SYNTHETIC)
     with pytest.raises(TypeError, match="cannot read a program"):

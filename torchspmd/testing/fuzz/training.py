@@ -24,7 +24,7 @@ _OPTIMIZERS = ("torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)",
                "torch.optim.AdamW(model.parameters(), lr=0.01, weight_decay=0.1)")
 
 
-def _between_steps(b, rng: random.Random) -> list[str]:
+def _between_steps(rng: random.Random) -> list[str]:
     """What the loop does after each step: reads, a checkpoint, a failure."""
     lines = []
     if rng.random() < 0.5:
@@ -69,12 +69,12 @@ def training_program(b, rng: random.Random) -> None:
            "    return loss")
     compiled = rng.random() < 0.7
     b.emit("step_fn = xs.compile(train_step)" if compiled else "step_fn = train_step")
-    body = ["loss = step_fn(x0, y0)".replace("x0", x).replace("y0", y)]
+    body = [f"loss = step_fn({x}, {y})"]
     if not compiled:
         body.append("xs.sync()")
     if scheduled:
         body.append("sched.step()")
-    body += _between_steps(b, rng)
+    body += _between_steps(rng)
     steps = rng.randint(2, 4)
     b.emit(f"for step in range({steps}):\n" + "\n".join("    " + line for line in body))
     b.assign("loss.detach()")
