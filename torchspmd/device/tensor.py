@@ -62,6 +62,16 @@ class SpmdTensor(torch.Tensor):
         t._h = handle
         return t
 
+    @property
+    def handle(self) -> Handle:
+        """The lazy :class:`Handle` behind this tensor: the public way for the layers above
+        ``device/`` (``step/``, ``sharding/``, ``interop/``...) to reach it, instead of ``_h``.
+
+        >>> torch.ones(2, device="spmd").handle.meta.shape  # doctest: +SKIP
+        torch.Size([2])
+        """
+        return self._h
+
     # Results are made by __torch_dispatch__ already; skip __torch_function__ entirely.
     __torch_function__ = torch._C._disabled_torch_function_impl
 
