@@ -218,6 +218,9 @@ class Program:
             values[i] = _lower(sig, [operand(c) for c in operands], step_scalars[i])
         return [[values[p][i] for i in outs] for p, outs in self.roots]
 
+    # The public name: ``step/plan.py`` replays the graph inside its own ``jax.jit``.
+    replay = _replay
+
 
 def unrepresentable_output(error: BaseException) -> bool:
     """Whether ``error`` is JAX failing to express an output sharding XLA chose over the

@@ -163,14 +163,14 @@ def _as_bases(args: tuple, kwargs: dict) -> tuple[tuple, dict, tuple]:
     (a view's chain is part of the program; its data is what the step reads); and their
     ``tree_flatten``."""
     leaves, spec = tree_flatten((args, kwargs))
-    values = [t._h.value() for t in leaves if isinstance(t, SpmdTensor)]
+    values = [t.handle.value() for t in leaves if isinstance(t, SpmdTensor)]
     pending = [v for v in values if v[0].arrays is None]
     if pending:
         execute.materialize(pending)
-    if not any(isinstance(t, SpmdTensor) and t._h.view for t in leaves):
+    if not any(isinstance(t, SpmdTensor) and t.handle.view for t in leaves):
         return args, kwargs, (leaves, spec)
-    leaves = [SpmdTensor(Handle.new(t._h.value(), t._h.meta), requires_grad=t.requires_grad)
-              if isinstance(t, SpmdTensor) and t._h.view else t for t in leaves]
+    leaves = [SpmdTensor(Handle.new(t.handle.value(), t.handle.meta), requires_grad=t.requires_grad)
+              if isinstance(t, SpmdTensor) and t.handle.view else t for t in leaves]
     return *tree_unflatten(leaves, spec), (leaves, spec)
 
 

@@ -14,7 +14,8 @@ the step read and wrote. From that record:
 Example::
 
     result, captured, undo = capture(step, (x, y), {}, [x, y])
-    captured.sources    # [("arg", 0), ("storage", <weakref>), ...] per graph leaf
+    captured.sources    # [ArgSource(0), StorageSource(<weakref>, slot), ...] per graph leaf
+    captured.outputs    # [Output(value, StorageTarget(<weakref>)), ...] (``routes.py``)
 """
 
 from __future__ import annotations
@@ -31,7 +32,10 @@ from torchspmd.lazy.node import Node
 from torchspmd.runtime.execute import sync, upload_leaf
 from torchspmd.runtime.graph import Graph, collect
 from torchspmd.step import optim
-from torchspmd.step.places import Places, find_places
+from torchspmd.step.places import MAX_DEPTH, Places, find_places, unwalked_slots
+from torchspmd.step.routes import (ArgSource, ArgTarget, ConstSource, Output, RefilledSource,
+                                   ReturnTarget, SlotTarget, Source, StorageSource,
+                                   StorageTarget)
 
 
 class RebindingError(RuntimeError):
@@ -40,29 +44,19 @@ class RebindingError(RuntimeError):
 
 @dataclass
 class Captured:
-    """What one recorded call read and wrote (see the module docstring).
-
-    ``targets[i]`` says where output value ``values[i]`` goes: ``("storage", ref)``,
-    ``("arg", k)``, ``("place", Place, template tensor)`` or ``("return", i)``.
-    """
+    """What one recorded call read and wrote (see the module docstring): the graph, a
+    :mod:`source <torchspmd.step.routes>` per graph leaf, and an :class:`Output` per value
+    the step hands out."""
 
     graph: Graph | None
-    sources: list  # per graph leaf: ("arg", k) | ("storage", weakref) | ("const", value)
-    values: list  # output graph values, (node, index)
-    targets: list
+    sources: list[Source]
+    outputs: list[Output]
     result_spec: object
     result_leaves: list  # non-tensor results as they are; tensors replaced by None
     optimizers: list  # the optimizers the step reaches (their hyperparameters are checked)
     hyper: tuple = ()
     warmup: str = ""  # why this call cannot be replayed ("" when it can)
     index_messages: list | None = None  # the step's index checks (``device/index_checks``)
-    substitutions: dict = field(default_factory=dict)  # output index -> source index
-    held_by: dict = field(default_factory=dict)  # storage -> the slot that held it
-    filled: dict = field(default_factory=dict)  # slot -> the new tensor the step put there
-    # Preconditions of a replay: slots that must be empty (the step fills them), and
-    # source index -> the slot whose tensor must still hold that source's storage.
-    empty_places: list = field(default_factory=list)
-    source_places: dict = field(default_factory=dict)
 
 
 @dataclass
@@ -94,8 +88,7 @@ def capture(fn, args: tuple, kwargs: dict,
     optim.prepare(before.optimizers)
     sync()
     before = find_places(fn, args, kwargs)
-    arg_values = [t._h.storage.value for t in tensors]
-    arg_storages = {t._h.storage: k for k, t in enumerate(tensors)}
+    arg_values = [t.handle.storage.value for t in tensors]
     start = Node(None).seq  # nodes made from here on belong to the step
     with provenance.recording() as rec:
         outer = index_checks.take_flag()
@@ -108,29 +101,55 @@ def capture(fn, args: tuple, kwargs: dict,
     result = (result, None if flag is None else flag.tensor)
     after = find_places(fn, args, kwargs)
     _check_rebinding(before)
+    _check_unwalked(fn, args, kwargs, after, rec)
     undo = Undo({st: rec.initial[st] for st in rec.written
                  if st not in rec.created and st in rec.initial},
                 {place: t for place, t in before.held.items() if after.held.get(place) is not t})
     flat, spec = tree_flatten(result)
-    captured = Captured(None, [], [], [], spec, [None if isinstance(r, SpmdTensor) else r
-                                                  for r in flat], after.optimizers,
+    captured = Captured(None, [], [], spec, [None if isinstance(r, SpmdTensor) else r
+                                             for r in flat], after.optimizers,
                         optim.hyperparameters(after.optimizers))
     captured.index_messages = None if flag is None else flag.messages
     captured.warmup = _first_use(before, after)
-    if captured.warmup:
-        return result, captured, undo
-    _outputs(captured, rec, before, after, flat, arg_storages)
-    if captured.warmup:
-        return result, captured, undo
+    if not captured.warmup:
+        arg_storages = {t.handle.storage: k for k, t in enumerate(tensors)}
+        filled = _outputs(captured, rec, before, after, flat, arg_storages)
+        _graph(captured, _Read(rec, arg_values, start, _held_by(before), filled))
+    return result, captured, undo
+
+
+@dataclass(frozen=True)
+class _Read:
+    """What tracing the graph's leaves to their sources needs from the capture: the
+    recording, the arguments' values, the first node of the step, which walked slot held
+    each storage before the step, and the new tensor the step put in each slot."""
+
+    rec: provenance.Recording
+    arg_values: list
+    start: int
+    held_by: dict  # storage -> Place
+    filled: dict  # Place -> new tensor
+
+
+def _graph(captured: Captured, read: _Read) -> None:
+    """The graph computing the step's outputs, and the source of each of its leaves."""
     roots: dict[Node, set[int]] = {}
-    for node, index in captured.values:
+    for output in captured.outputs:
+        node, index = output.value
         if not node.is_leaf:
             roots.setdefault(node, set()).add(index)
     if roots:
         captured.graph = collect(sorted(roots, key=lambda n: n.seq), roots)
-        _sources(captured, rec, arg_values, start)
-    captured.filled = {}  # tensors are not kept past the capture
-    return result, captured, undo
+        captured.sources = _sources(captured, read)
+
+
+def _held_by(before: Places) -> dict:
+    """The walked slot that held each (base) storage before the step."""
+    held_by = {}
+    for place, t in before.held.items():
+        if t is not None and not t.handle.view:
+            held_by.setdefault(t.handle.storage, place)
+    return held_by
 
 
 def _check_rebinding(before: Places) -> None:
@@ -146,6 +165,25 @@ def _check_rebinding(before: Places) -> None:
                 "step and assign it outside.")
 
 
+def _check_unwalked(fn, args: tuple, kwargs: dict, after: Places, rec) -> None:
+    """A tensor the step made must not stay in a slot the walk does not list: a replay
+    runs no Python and would leave this call's tensor there for good."""
+    made = set(rec.created)  # the storages the step made that are still alive
+    if not made:
+        return
+    found = unwalked_slots(fn, args, kwargs, after,
+                           lambda t: t.handle.storage in made)
+    if found:
+        raise RebindingError(
+            f"torchspmd.compile: the step put a new tensor in {found[0]}, a slot a compiled "
+            f"step does not track (it finds slots within {MAX_DEPTH} levels of the step's "
+            "arguments, closure and globals, and not under a module's attributes that "
+            "start with '_'). A replay runs no Python, so that slot would keep this call's "
+            "tensor. Keep the tensor in a tracked slot (a module attribute or buffer, "
+            "optimizer state, a dict or list fewer levels deep), update a tensor there in "
+            "place (t.copy_(new)), or return it from the step.")
+
+
 def _first_use(before: Places, after: Places) -> str:
     """Why this call is a warm-up: a slot that did not exist before the step holds a tensor
     after it (optimizer state on first use); "" if there is none. (An existing empty slot
@@ -157,82 +195,75 @@ def _first_use(before: Places, after: Places) -> str:
 
 
 def _outputs(captured: Captured, rec, before: Places, after: Places, flat: list,
-             arg_storages: dict) -> None:
-    """Fill ``captured.values``/``targets``: written storages, filled slots, results."""
-    held_by = {}
-    for place, t in before.held.items():
-        if t is not None and not t._h.view:
-            held_by.setdefault(t._h.storage, place)
+             arg_storages: dict) -> dict:
+    """Fill ``captured.outputs``: written storages, filled slots, results. Returns the
+    new tensor put in each filled slot."""
     for storage in rec.written:
         if storage in rec.created:
             continue
         k = arg_storages.get(storage)
-        captured.values.append(storage.value)
-        captured.targets.append(("arg", k) if k is not None else ("storage", weakref.ref(storage)))
+        target = ArgTarget(k) if k is not None else StorageTarget(weakref.ref(storage))
+        captured.outputs.append(Output(storage.value, target))
+    filled = {}
     for place, t in after.held.items():
         old = before.held.get(place)
         if t is old or t is None:
             continue
-        if t._h.storage not in rec.created:
+        if t.handle.storage not in rec.created:
             raise RebindingError(
                 f"torchspmd.compile: the step moved an existing tensor into {place}; a compiled "
                 "step can fill a slot only with a tensor it computes (use .clone())")
-        captured.values.append(t._h.value())
-        captured.targets.append(("place", place, (t.requires_grad, type(t))))
-        if old is None:
-            captured.empty_places.append(place)
-        captured.filled[place] = t
+        target = SlotTarget(place, t.requires_grad, type(t), was_empty=old is None)
+        captured.outputs.append(Output(t.handle.value(), target))
+        filled[place] = t
     for i, r in enumerate(flat):
         if isinstance(r, SpmdTensor):
-            captured.values.append(r._h.value())
-            captured.targets.append(("return", i))
-    captured.held_by = held_by
+            captured.outputs.append(Output(r.handle.value(), ReturnTarget(i)))
+    return filled
 
 
-def _sources(captured: Captured, rec, arg_values: list, start: int) -> None:
+def _sources(captured: Captured, read: _Read) -> list[Source]:
     """Trace each graph leaf to where a replay reads it (by the data it held)."""
     for node, _ in captured.graph.leaves:
         if node.host is not None:  # host data (uploaded on first use): upload it now
             upload_leaf(node)
-    by_array: dict[int, tuple] = {}
-    for k, (node, index) in enumerate(arg_values):
+    by_array: dict[int, Source] = {}
+    for k, (node, index) in enumerate(read.arg_values):
         if node.arrays is not None:
-            by_array.setdefault(id(node.arrays[index]), ("arg", k))
-    for storage, (node, index) in rec.initial.items():
+            by_array.setdefault(id(node.arrays[index]), ArgSource(k))
+    for storage, (node, index) in read.rec.initial.items():
         if node.arrays is not None:
-            by_array.setdefault(id(node.arrays[index]), ("storage", storage))
+            by_array.setdefault(id(node.arrays[index]), storage)
+    sources: list[Source] = []
     for node, index in captured.graph.leaves:
         source = by_array.get(id(node.arrays[index]))
         if source is None:
-            if node.seq < start:
+            if node.seq < read.start:
                 raise RuntimeError(
                     "torchspmd.compile: the step reads a tensor whose origin could not be "
                     f"traced (data of shape {node.sig.outputs[index].shape}); please report "
                     "this with the step's code")
-            captured.sources.append(("const", (node, index)))
-        elif source[0] == "storage":
-            captured.sources.append(_storage_source(captured, source[1]))
+            sources.append(ConstSource((node, index)))
+        elif isinstance(source, ArgSource):
+            sources.append(source)
         else:
-            captured.sources.append(source)
+            sources.append(_storage_source(captured, read, source))
+    return sources
 
 
-def _storage_source(captured: Captured, storage) -> tuple:
-    """A storage source. If a slot held it, replays check the slot still does; if the
-    step put a new tensor in that slot (``p.grad`` rebound), later calls read the slot's
-    new tensor instead."""
-    place = captured.held_by.get(storage)
-    if place is None:
-        return ("storage", weakref.ref(storage))
-    index = len(captured.sources)
-    captured.source_places[index] = place
-    new = captured.filled.get(place)
+def _storage_source(captured: Captured, read: _Read, storage) -> Source:
+    """The source of a storage the step read. If a walked slot held it, replays check the
+    slot still does; if the step put a new tensor in that slot (a module attribute
+    rebound), each later call reads the slot's new tensor instead."""
+    place = read.held_by.get(storage)
+    new = read.filled.get(place) if place is not None else None
     if new is None:
-        return ("storage", weakref.ref(storage))
-    if new._h.view or new._h.storage.meta != storage.meta:
+        return StorageSource(weakref.ref(storage), place)
+    if new.handle.view or new.handle.storage.meta != storage.meta:
         captured.warmup = f"{place} changes form in the step"
-    output = next(i for i, t in enumerate(captured.targets) if t[0] == "place" and t[1] == place)
-    captured.substitutions[output] = index
-    return ("storage", weakref.ref(new._h.storage))
+    output = next(j for j, o in enumerate(captured.outputs)
+                  if isinstance(o.target, SlotTarget) and o.target.slot == place)
+    return RefilledSource(place, output, weakref.ref(new.handle.storage))
 
 
 def first_difference(old: Graph, new: Graph) -> str:

@@ -23,7 +23,7 @@ import torch
 
 from torchspmd.device.tensor import SpmdTensor
 
-_MAX_DEPTH = 6
+MAX_DEPTH = 6  # how deep find_places looks from a root
 _SKIPPED_TYPES = (types.ModuleType, types.FunctionType, types.BuiltinFunctionType, type,
                   types.MethodType, str, bytes, int, float, bool, type(None), torch.device,
                   torch.dtype)
@@ -87,34 +87,45 @@ def find_places(fn: Callable, args: tuple, kwargs: dict) -> Places:
     seen: set[int] = set()
     for value in (*args, *kwargs.values()):
         _visit(value, places, seen, 0)
-    for root, place in _roots(fn):
-        if isinstance(root, SpmdTensor) and place is not None:
-            places.rebindable[place] = root
-        _visit(root, places, seen, 0)
+    for root in _roots(fn):
+        if isinstance(root.value, SpmdTensor) and root.place is not None:
+            places.rebindable[root.place] = root.value
+        _visit(root.value, places, seen, 0)
     return places
 
 
-def _roots(fn) -> list[tuple[Any, Place | None]]:
+@dataclass(frozen=True)
+class Root:
+    """An object a step can reach without an argument: ``value``, the slot that holds it
+    if the step could rebind it (a closure cell, a global), and its name for messages."""
+
+    value: Any
+    place: Place | None
+    name: str
+
+
+def _roots(fn) -> list[Root]:
     """The objects ``fn`` can reach: its closure cells, the globals its code names, and
-    ``self`` for a bound method (each with the slot that holds it, if rebindable)."""
-    roots: list = []
+    ``self`` for a bound method."""
+    roots: list[Root] = []
     if isinstance(fn, types.MethodType):
-        roots.append((fn.__self__, None))
+        roots.append(Root(fn.__self__, None, "self"))
         fn = fn.__func__
     if isinstance(fn, torch.nn.Module):
-        return [(fn, None)]
+        return [Root(fn, None, "the step module")]
     code = getattr(fn, "__code__", None)
     if code is None:
-        return roots + [(fn, None)]
+        return roots + [Root(fn, None, "the step object")]
     for cell, name in zip(fn.__closure__ or (), code.co_freevars):
         try:
-            roots.append((cell.cell_contents, _place(cell, "cell_contents", False)))
+            roots.append(Root(cell.cell_contents, _place(cell, "cell_contents", False),
+                              f"closure variable {name!r}"))
         except ValueError:  # an empty cell
             continue
     globals_ = fn.__globals__
     for name in _names(code):
         if name in globals_:
-            roots.append((globals_[name], _place(globals_, name, True)))
+            roots.append(Root(globals_[name], _place(globals_, name, True), f"global {name!r}"))
     return roots
 
 
@@ -128,7 +139,7 @@ def _names(code) -> list[str]:
 
 
 def _visit(obj, places: Places, seen: set[int], depth: int) -> None:
-    if depth > _MAX_DEPTH or isinstance(obj, _SKIPPED_TYPES) or id(obj) in seen:
+    if depth > MAX_DEPTH or isinstance(obj, _SKIPPED_TYPES) or id(obj) in seen:
         return
     seen.add(id(obj))
     if isinstance(obj, torch.Tensor):
@@ -197,3 +208,71 @@ def _visit_optimizer(opt: torch.optim.Optimizer, places, seen, depth) -> None:
             for key, value in state.items():
                 if isinstance(value, SpmdTensor):
                     places.held[_place(state, key, True)] = value
+
+
+def unwalked_slots(fn: Callable, args: tuple, kwargs: dict, walked: Places,
+                   wanted: Callable[[SpmdTensor], bool]) -> list[str]:
+    """The slots reachable from ``fn``'s arguments, closure and globals that
+    :func:`find_places` does not list (deeper than its depth limit, or under a module's
+    ``_``-prefixed attribute), holding a tensor for which ``wanted`` is true; each named
+    by its path from the root (``"closure variable 'model'._cache['h']"``).
+
+    Example::
+
+        unwalked_slots(step, (x,), {}, find_places(step, (x,), {}), lambda t: True)
+    """
+    found: list[str] = []
+    seen: set[int] = set()
+    named = [(value, f"argument {i}") for i, value in enumerate(args)]
+    named += [(value, f"argument {key!r}") for key, value in kwargs.items()]
+    named += [(root.value, root.name) for root in _roots(fn)]
+    for value, name in named:
+        _audit(value, name, walked, wanted, seen, found)
+    return found
+
+
+def _audit(obj, path: str, walked: Places, wanted, seen: set[int], found: list[str]) -> None:
+    """:func:`_visit` without its limits, noting the slots it did not list."""
+    if isinstance(obj, _SKIPPED_TYPES) or id(obj) in seen:
+        return
+    seen.add(id(obj))
+    if isinstance(obj, torch.Tensor):
+        if isinstance(obj, SpmdTensor) and (obj.is_leaf or obj.retains_grad):
+            slot = (_place(obj, "grad", False), obj.grad, f"{path}.grad")
+            _note(slot, walked, wanted, found)
+        return
+    for place, value, name in _slots_of(obj, path):
+        if place is not None:
+            _note((place, value, name), walked, wanted, found)
+        _audit(value, name, walked, wanted, seen, found)
+
+
+def _slots_of(obj, path: str) -> list[tuple[Place | None, Any, str]]:
+    """What ``obj`` holds: (its slot if the value can be replaced there, value, path)."""
+    if isinstance(obj, dict):
+        return [(_place(obj, k, True), v, f"{path}[{_key_name(k)}]")
+                for k, v in list(obj.items())]
+    if isinstance(obj, list):
+        return [(_place(obj, k, True), v, f"{path}[{k}]") for k, v in enumerate(obj)]
+    if isinstance(obj, tuple):
+        return [(None, v, f"{path}[{k}]") for k, v in enumerate(obj)]
+    walked_types = (torch.nn.Module, torch.optim.Optimizer, torch.optim.lr_scheduler.LRScheduler)
+    if isinstance(obj, walked_types) or (
+            type(obj).__module__.split(".")[0] not in ("builtins", "torch", "jax", "numpy")
+            and hasattr(obj, "__dict__")):
+        return [(_place(obj, k, False), v, f"{path}.{k}") for k, v in list(vars(obj).items())]
+    return []
+
+
+def _note(slot: tuple, walked: Places, wanted, found: list[str]) -> None:
+    place, value, name = slot
+    if isinstance(value, SpmdTensor) and place not in walked.held and wanted(value):
+        found.append(name)
+
+
+def _key_name(key) -> str:
+    """A dict key for a path (a tensor key, as in ``optimizer.state``, by its shape: its
+    repr would read its values)."""
+    if isinstance(key, torch.Tensor):
+        return f"<tensor of shape {tuple(key.shape)}>"
+    return repr(key)

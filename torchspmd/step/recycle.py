@@ -65,7 +65,7 @@ class Spares:
         found = []
         for place, meta in zip(self.places, self.metas):
             param = place.container
-            if not isinstance(param, SpmdTensor) or param._h.meta[::2] != meta[::2]:
+            if not isinstance(param, SpmdTensor) or param.handle.meta[::2] != meta[::2]:
                 return None
             layout = layout_of(param)
             if layout is None:
@@ -122,8 +122,8 @@ class _Fits:
 
 def _base_handle(tensor):
     """``tensor``'s lazy handle if it is an spmd tensor that is no view, else None."""
-    if isinstance(tensor, SpmdTensor) and not tensor._h.view:
-        return tensor._h
+    if isinstance(tensor, SpmdTensor) and not tensor.handle.view:
+        return tensor.handle
     return None
 
 

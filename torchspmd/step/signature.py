@@ -51,7 +51,7 @@ def signature(args: tuple, kwargs: dict, flat: tuple | None = None) -> tuple[tup
 
 
 def _tensor_key(t: SpmdTensor) -> tuple:
-    handle = t._h
+    handle = t.handle
     node, index = handle.value() if not handle.view else (None, 0)
     layout = None
     if node is not None and node.arrays is not None:
