@@ -1,0 +1,122 @@
+"""The slots a compiled step tracks are found by walking from its arguments, closure and
+globals, at most 6 levels deep and not under a module's ``_``-prefixed non-tensor
+attributes. Within those limits a new tensor put in a slot is written there on every
+replay; beyond them it raises at capture, never goes stale at replay. Storages updated in
+place are tracked wherever they live."""
+
+import pytest
+import torch
+
+import torchspmd as xs
+from torchspmd.step import RebindingError
+from torchspmd.step.places import MAX_DEPTH
+
+DEVICE = xs.device()
+CALLS = 4
+
+
+def _nested(levels: int, leaf: dict) -> dict:
+    """``leaf`` inside ``levels`` dicts: ``{"n": {"n": ... leaf}}`` (leaf at depth
+    ``levels`` from the root)."""
+    for _ in range(levels):
+        leaf = {"n": leaf}
+    return leaf
+
+
+def _dig(root: dict, levels: int) -> dict:
+    for _ in range(levels):
+        root = root["n"]
+    return root
+
+
+def _decay_step(root: dict, levels: int, in_place: bool):
+    """A step that decays the tensor ``h`` held ``levels`` dicts deep and adds ``x``: by
+    rebinding the dict's slot, or in place."""
+
+    def step(x):
+        leaf = _dig(root, levels)
+        if in_place:
+            leaf["h"].mul_(0.5).add_(x)
+        else:
+            leaf["h"] = leaf["h"] * 0.5 + x
+        return leaf["h"].sum()
+
+    return step
+
+
+def _matches_cpu_on_every_call(levels: int, in_place: bool) -> None:
+    data = [torch.randn(3, generator=torch.Generator().manual_seed(i)) for i in range(CALLS)]
+    cpu_root = _nested(levels, {"h": torch.ones(3)})
+    root = _nested(levels, {"h": torch.ones(3).to(DEVICE)})
+    cpu_step = _decay_step(cpu_root, levels, in_place)
+    step = xs.compile(_decay_step(root, levels, in_place))
+    replays = xs.metrics()["step_replays"]
+    for x in data:
+        torch.testing.assert_close(step(x.to(DEVICE)).cpu(), cpu_step(x))
+        torch.testing.assert_close(_dig(root, levels)["h"].cpu(), _dig(cpu_root, levels)["h"])
+    assert xs.metrics()["step_replays"] - replays == CALLS - 1
+
+
+def test_a_new_tensor_put_at_the_walks_depth_limit_is_written_there_on_every_replay():
+    _matches_cpu_on_every_call(MAX_DEPTH, in_place=False)
+
+
+def test_a_new_tensor_put_beyond_the_walks_depth_limit_raises_at_capture_naming_its_path():
+    root = _nested(MAX_DEPTH + 1, {"h": torch.ones(3).to(DEVICE)})
+    step = xs.compile(_decay_step(root, MAX_DEPTH + 1, in_place=False))
+    path = "closure variable 'root'" + "['n']" * (MAX_DEPTH + 1) + "['h']"
+    with pytest.raises(RebindingError, match=r"(?s)" + path.replace("[", r"\[")
+                       .replace("]", r"\]") + ".*6 levels.*copy_"):
+        step(torch.ones(3).to(DEVICE))
+
+
+def test_a_tensor_beyond_the_walks_depth_limit_updated_in_place_is_updated_on_every_replay():
+    _matches_cpu_on_every_call(MAX_DEPTH + 1, in_place=True)
+
+
+def test_a_gradient_of_a_tensor_beyond_the_walks_depth_limit_raises_at_capture():
+    w = torch.ones(3, requires_grad=True).to(DEVICE).detach().requires_grad_()
+    root = _nested(MAX_DEPTH + 1, {"w": w})
+
+    @xs.compile
+    def step(x):
+        (_dig(root, MAX_DEPTH + 1)["w"] * x).sum().backward()
+
+    with pytest.raises(RebindingError, match=r"\['w'\]\.grad"):
+        step(torch.ones(3).to(DEVICE))
+
+
+class _Decay(torch.nn.Module):
+    """A module keeping a running tensor directly (``_state``) or in a private dict
+    (``_cache['h']``)."""
+
+    def __init__(self, device, in_dict: bool):
+        super().__init__()
+        self.in_dict = in_dict
+        if in_dict:
+            self._cache = {"h": torch.ones(3, device=device)}
+        else:
+            self._state = torch.ones(3, device=device)
+
+    def forward(self, x):
+        if self.in_dict:
+            self._cache["h"] = self._cache["h"] * 0.5 + x
+            return self._cache["h"].sum()
+        self._state = self._state * 0.5 + x
+        return self._state.sum()
+
+
+def test_a_tensor_held_by_a_modules_underscore_attribute_is_written_there_on_every_replay():
+    data = [torch.randn(3, generator=torch.Generator().manual_seed(i)) for i in range(CALLS)]
+    cpu, module = _Decay("cpu", in_dict=False), _Decay(DEVICE, in_dict=False)
+    step = xs.compile(lambda x: module(x))
+    for x in data:
+        torch.testing.assert_close(step(x.to(DEVICE)).cpu(), cpu(x))
+        torch.testing.assert_close(module._state.cpu(), cpu._state)
+
+
+def test_a_new_tensor_put_under_a_modules_underscore_attribute_raises_at_capture():
+    module = _Decay(DEVICE, in_dict=True)
+    step = xs.compile(lambda x: module(x))
+    with pytest.raises(RebindingError, match=r"closure variable 'module'\._cache\['h'\]"):
+        step(torch.ones(3).to(DEVICE))
