@@ -2,7 +2,8 @@
 globals, at most 6 levels deep and not under a module's ``_``-prefixed non-tensor
 attributes. Within those limits a new tensor put in a slot is written there on every
 replay; beyond them it raises at capture, never goes stale at replay. Storages updated in
-place are tracked wherever they live."""
+place are tracked wherever they live, and a slot beyond the limits that the step reads is
+checked before each replay as a walked one is."""
 
 import pytest
 import torch
@@ -72,6 +73,37 @@ def test_a_new_tensor_put_beyond_the_walks_depth_limit_raises_at_capture_naming_
 
 def test_a_tensor_beyond_the_walks_depth_limit_updated_in_place_is_updated_on_every_replay():
     _matches_cpu_on_every_call(MAX_DEPTH + 1, in_place=True)
+
+
+def _reads_h_after_it_is_replaced_outside(levels: int, refills: bool) -> None:
+    cpu_root = _nested(levels, {"h": torch.ones(3)})
+    root = _nested(levels, {"h": torch.ones(3).to(DEVICE)})
+    if refills:
+        cpu_step, step = _decay_step(cpu_root, levels, False), _decay_step(root, levels, False)
+    else:
+        def cpu_step(x):
+            return (_dig(cpu_root, levels)["h"] * x).sum()
+
+        def step(x):
+            return (_dig(root, levels)["h"] * x).sum()
+    step = xs.compile(step)
+    x = torch.arange(3.0)
+    for _ in range(2):
+        torch.testing.assert_close(step(x.to(DEVICE)).cpu(), cpu_step(x))
+    kept = _dig(root, levels)["h"]  # the old tensor stays alive: its storage is not dropped
+    _dig(root, levels)["h"] = torch.full((3,), 5.0).to(DEVICE)
+    _dig(cpu_root, levels)["h"] = torch.full((3,), 5.0)
+    for _ in range(2):
+        torch.testing.assert_close(step(x.to(DEVICE)).cpu(), cpu_step(x))
+    assert kept is not _dig(root, levels)["h"]
+
+
+def test_a_tensor_beyond_the_walks_depth_limit_replaced_outside_the_step_is_read_as_replaced():
+    _reads_h_after_it_is_replaced_outside(MAX_DEPTH + 1, refills=False)
+
+
+def test_a_tensor_the_step_refills_replaced_outside_the_step_is_read_as_replaced():
+    _reads_h_after_it_is_replaced_outside(MAX_DEPTH, refills=True)
 
 
 def test_a_gradient_of_a_tensor_beyond_the_walks_depth_limit_raises_at_capture():

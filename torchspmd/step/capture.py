@@ -101,7 +101,9 @@ def capture(fn, args: tuple, kwargs: dict,
     result = (result, None if flag is None else flag.tensor)
     after = find_places(fn, args, kwargs)
     _check_rebinding(before)
-    _check_unwalked(fn, args, kwargs, after, rec)
+    arg_storages = {t.handle.storage: k for k, t in enumerate(tensors)}
+    held_by = _held_by(before)
+    held_by.update(_unwalked(fn, args, kwargs, after, rec, held_by, arg_storages))
     undo = Undo({st: rec.initial[st] for st in rec.written
                  if st not in rec.created and st in rec.initial},
                 {place: t for place, t in before.held.items() if after.held.get(place) is not t})
@@ -112,9 +114,8 @@ def capture(fn, args: tuple, kwargs: dict,
     captured.index_messages = None if flag is None else flag.messages
     captured.warmup = _first_use(before, after)
     if not captured.warmup:
-        arg_storages = {t.handle.storage: k for k, t in enumerate(tensors)}
         filled = _outputs(captured, rec, before, after, flat, arg_storages)
-        _graph(captured, _Read(rec, arg_values, start, _held_by(before), filled))
+        _graph(captured, _Read(rec, arg_values, start, held_by, filled))
     return result, captured, undo
 
 
@@ -165,23 +166,29 @@ def _check_rebinding(before: Places) -> None:
                 "step and assign it outside.")
 
 
-def _check_unwalked(fn, args: tuple, kwargs: dict, after: Places, rec) -> None:
-    """A tensor the step made must not stay in a slot the walk does not list: a replay
-    runs no Python and would leave this call's tensor there for good."""
+def _unwalked(fn, args: tuple, kwargs: dict, after: Places, rec, held_by: dict,
+              arg_storages: dict) -> dict:
+    """The slots :func:`find_places` does not list (beyond its depth, under a module's
+    ``_`` attribute) that hold a tensor the step read, by storage: replays check them as
+    they check walked slots. A tensor the step made must not stay in such a slot: a
+    replay runs no Python and would leave this call's tensor there for good."""
     made = set(rec.created)  # the storages the step made that are still alive
-    if not made:
-        return
-    found = unwalked_slots(fn, args, kwargs, after,
-                           lambda t: t.handle.storage in made)
-    if found:
-        raise RebindingError(
-            f"torchspmd.compile: the step put a new tensor in {found[0]}, a slot a compiled "
-            f"step does not track (it finds slots within {MAX_DEPTH} levels of the step's "
-            "arguments, closure and globals, and not under a module's attributes that "
-            "start with '_'). A replay runs no Python, so that slot would keep this call's "
-            "tensor. Keep the tensor in a tracked slot (a module attribute or buffer, "
-            "optimizer state, a dict or list fewer levels deep), update a tensor there in "
-            "place (t.copy_(new)), or return it from the step.")
+    unheld = {st for st in rec.initial if st not in held_by and st not in arg_storages}
+    if not made and not unheld:
+        return {}
+    found = unwalked_slots(fn, args, kwargs, after, lambda t: t.handle.storage in made or (
+        not t.handle.view and t.handle.storage in unheld))
+    for place, name in found:
+        if place.get().handle.storage in made:
+            raise RebindingError(
+                f"torchspmd.compile: the step put a new tensor in {name}, a slot a compiled "
+                f"step does not track (it finds slots within {MAX_DEPTH} levels of the "
+                "step's arguments, closure and globals, and not under a module's attributes "
+                "that start with '_'). A replay runs no Python, so that slot would keep this "
+                "call's tensor. Keep the tensor in a tracked slot (a module attribute or "
+                "buffer, optimizer state, a dict or list fewer levels deep), update a tensor "
+                "there in place (t.copy_(new)), or return it from the step.")
+    return {place.get().handle.storage: place for place, _ in reversed(found)}
 
 
 def _first_use(before: Places, after: Places) -> str:

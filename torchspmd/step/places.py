@@ -211,17 +211,17 @@ def _visit_optimizer(opt: torch.optim.Optimizer, places, seen, depth) -> None:
 
 
 def unwalked_slots(fn: Callable, args: tuple, kwargs: dict, walked: Places,
-                   wanted: Callable[[SpmdTensor], bool]) -> list[str]:
+                   wanted: Callable[[SpmdTensor], bool]) -> list[tuple[Place, str]]:
     """The slots reachable from ``fn``'s arguments, closure and globals that
     :func:`find_places` does not list (deeper than its depth limit, or under a module's
-    ``_``-prefixed attribute), holding a tensor for which ``wanted`` is true; each named
-    by its path from the root (``"closure variable 'model'._cache['h']"``).
+    ``_``-prefixed attribute), holding a tensor for which ``wanted`` is true; each with
+    its path from the root (``"closure variable 'model'._cache['h']"``).
 
     Example::
 
         unwalked_slots(step, (x,), {}, find_places(step, (x,), {}), lambda t: True)
     """
-    found: list[str] = []
+    found: list[tuple[Place, str]] = []
     seen: set[int] = set()
     named = [(value, f"argument {i}") for i, value in enumerate(args)]
     named += [(value, f"argument {key!r}") for key, value in kwargs.items()]
@@ -231,7 +231,7 @@ def unwalked_slots(fn: Callable, args: tuple, kwargs: dict, walked: Places,
     return found
 
 
-def _audit(obj, path: str, walked: Places, wanted, seen: set[int], found: list[str]) -> None:
+def _audit(obj, path: str, walked: Places, wanted, seen: set[int], found: list) -> None:
     """:func:`_visit` without its limits, noting the slots it did not list."""
     if isinstance(obj, _SKIPPED_TYPES) or id(obj) in seen:
         return
@@ -264,10 +264,10 @@ def _slots_of(obj, path: str) -> list[tuple[Place | None, Any, str]]:
     return []
 
 
-def _note(slot: tuple, walked: Places, wanted, found: list[str]) -> None:
+def _note(slot: tuple, walked: Places, wanted, found: list) -> None:
     place, value, name = slot
     if isinstance(value, SpmdTensor) and place not in walked.held and wanted(value):
-        found.append(name)
+        found.append((place, name))
 
 
 def _key_name(key) -> str:
