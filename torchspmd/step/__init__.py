@@ -1,8 +1,12 @@
 """Compiled steps: ``torchspmd.compile`` captures a step once and replays it as one call.
 
-Modules, one idea each: ``places`` (the slots state lives in), ``optim`` (optimizers made
-replayable), ``signature`` (the cache key of a call), ``capture`` (record a call, find its
-inputs and outputs), ``plan`` (the compiled replay), ``api`` (the decorator).
+Modules, one idea each, from capture to replay: ``places`` (the slots state lives in),
+``optim`` (optimizers made replayable), ``signature`` (the cache key of a call),
+``capture`` (record a call, find its inputs and outputs), ``routes`` (the typed records
+of where each input comes from and each output goes), ``wiring`` (how the program's
+inputs and outputs connect to them), ``recycle`` (old gradients' buffers reused),
+``write_back`` (a call's new state), ``plan`` (the compiled replay), ``api`` (the
+decorator).
 """
 
 from torchspmd.step.api import CheckMissError, CompiledStep, compile
