@@ -76,7 +76,8 @@ def _lr_on_device(opt, group) -> None:
         scalar = torch.tensor(value, dtype=torch.float64, device=DEVICE)
         owned[id(group)] = (group, scalar)
     else:  # new host data for the same tensor: an upload, not a program run
-        scalar.handle.storage.set(new_leaf(scalar.handle.meta, host=np.array(value, dtype=np.float64)))
+        host = np.array(value, dtype=np.float64)
+        scalar.handle.storage.set(new_leaf(scalar.handle.meta, host=host))
     group["lr"] = scalar
 
 

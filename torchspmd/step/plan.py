@@ -69,6 +69,15 @@ class StalePlan(Exception):
     """A tensor the plan reads is gone (its Python object was dropped): capture again."""
 
 
+def _hold(checks) -> bool:
+    """Whether each ``(slot getter, storage ref)`` slot still holds that storage."""
+    for get, ref in checks:
+        t = get()
+        if not isinstance(t, SpmdTensor) or t.handle.storage is not ref():
+            return False
+    return True
+
+
 class Plan:
     """The compiled replay of one :class:`Captured` step."""
 
@@ -121,11 +130,8 @@ class Plan:
         for get in reads.empty_getters:
             if get() is not None:
                 return False
-        for get, ref in (*reads.held, *zip(reads.refilled_getters, self.binding)):
-            t = get()
-            if not isinstance(t, SpmdTensor) or t.handle.storage is not ref():
-                return False
-        return True
+        return (_hold(reads.held) and
+                (not self.binding or _hold(zip(reads.refilled_getters, self.binding))))
 
     def inputs(self, args: list[SpmdTensor], first: bool = False) -> list[tuple[Node, int]]:
         """The current value of every source (the captured leaves on the first call)."""
@@ -133,11 +139,11 @@ class Plan:
             return list(self.captured.graph.leaves)
         reads = self.reads
         values = list(reads.consts)
-        storages = [(i, args[position].handle.storage) for i, position in reads.args]
-        storages += [(i, ref()) for i, ref in reads.storages]
-        storages += [(i, ref()) for i, ref in zip(reads.refilled, self.binding)]
         pending = []  # changed outside the step (a scheduler's fill_, a manual edit)
-        for i, storage in storages:
+        found = [(i, ref()) for i, ref in reads.storages]
+        found += [(i, args[position].handle.storage) for i, position in reads.args]
+        found += [(i, ref()) for i, ref in zip(reads.refilled, self.binding)]
+        for i, storage in found:
             if storage is None:
                 raise StalePlan("a tensor the step reads was dropped")
             if storage.value[0].arrays is None:

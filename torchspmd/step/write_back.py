@@ -30,7 +30,7 @@ class Writes:
     storages: tuple  # (output, StorageTarget) and (output, ArgTarget): written in place
     slots: tuple  # (output, SlotTarget): a new tensor in a slot
     returns: tuple  # (output, position in the flattened result)
-    targets: tuple  # per output, its target
+    tensors: tuple  # per output, its target if it gets a new tensor (slot, result), else None
     slot_getters: tuple  # per slot, ``Place.getter()`` (a loop over many slots per call)
 
     @staticmethod
@@ -41,7 +41,8 @@ class Writes:
         return Writes(
             tuple((j, t) for j, t in outputs if isinstance(t, (StorageTarget, ArgTarget))),
             slots, tuple((j, t.position) for j, t in outputs if isinstance(t, ReturnTarget)),
-            targets, tuple(t.slot.getter() for _, t in slots))
+            tuple(t if isinstance(t, (SlotTarget, ReturnTarget)) else None for t in targets),
+            tuple(t.slot.getter() for _, t in slots))
 
 
 @dataclass
@@ -71,7 +72,7 @@ def new_state(wiring: Wiring, writes: Writes, placed: list, values: list, exclus
     whose old value only it holds keeps that value, and a gradient only its slot holds
     stays, with the new array (``wiring.keeps``)."""
     call = Call([], [], [])
-    for target, origin, sig, keeps in zip(writes.targets, wiring.origins, wiring.sigs,
+    for target, origin, sig, keeps in zip(writes.tensors, wiring.origins, wiring.sigs,
                                           wiring.keeps):
         if keeps is not None:
             if isinstance(keeps, KeepsStorageValue):
@@ -94,20 +95,18 @@ def new_state(wiring: Wiring, writes: Writes, placed: list, values: list, exclus
             call.fills.append((arrays, index, origin.flat))
         value = (node, index)
         call.values.append(value)
-        call.tensors.append(_tensor(target, value, sig.outputs[index]))
+        call.tensors.append(None if target is None else _tensor(target, value, sig.outputs[index]))
     return call
 
 
-def _tensor(target, value, meta) -> SpmdTensor | None:
-    """The new tensor of a slot or result output (None for a storage written in place)."""
+def _tensor(target: SlotTarget | ReturnTarget, value, meta) -> SpmdTensor:
+    """The new tensor of a slot or result output."""
     if isinstance(target, SlotTarget):
         tensor = SpmdTensor(Handle.new(value, meta), requires_grad=target.requires_grad)
         if target.cls is not SpmdTensor:  # nn.Parameter
             tensor = target.cls(tensor, requires_grad=target.requires_grad)
         return tensor
-    if isinstance(target, ReturnTarget):
-        return SpmdTensor(Handle.new(value, meta))
-    return None
+    return SpmdTensor(Handle.new(value, meta))
 
 
 def install(call: Call, writes: Writes, args: list[SpmdTensor]) -> Replaced:
