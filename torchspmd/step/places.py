@@ -227,47 +227,57 @@ def unwalked_slots(fn: Callable, args: tuple, kwargs: dict, walked: Places,
     named += [(value, f"argument {key!r}") for key, value in kwargs.items()]
     named += [(root.value, root.name) for root in _roots(fn)]
     for value, name in named:
-        _audit(value, name, walked, wanted, seen, found)
+        if not isinstance(value, _SKIPPED_TYPES) and id(value) not in seen:
+            _audit(value, name, walked, wanted, seen, found)
     return found
 
 
-def _audit(obj, path: str, walked: Places, wanted, seen: set[int], found: list) -> None:
-    """:func:`_visit` without its limits, noting the slots it did not list."""
-    if isinstance(obj, _SKIPPED_TYPES) or id(obj) in seen:
-        return
+def _audit(obj, path, walked: Places, wanted, seen: set[int], found: list) -> None:
+    """:func:`_visit` without its limits, noting the slots it did not list. ``path``: the
+    root's name, or ``(parent path, key, is attribute)`` (a string only when found)."""
     seen.add(id(obj))
     if isinstance(obj, torch.Tensor):
         if isinstance(obj, SpmdTensor) and (obj.is_leaf or obj.retains_grad):
-            slot = (_place(obj, "grad", False), obj.grad, f"{path}.grad")
-            _note(slot, walked, wanted, found)
+            _note(_place(obj, "grad", False), obj.grad, (path, "grad", True), walked, wanted,
+                  found)
         return
-    for place, value, name in _slots_of(obj, path):
-        if place is not None:
-            _note((place, value, name), walked, wanted, found)
-        _audit(value, name, walked, wanted, seen, found)
+    items, settable, attribute = _contents(obj)
+    for key, value in items:
+        if isinstance(value, _SKIPPED_TYPES) or id(value) in seen:
+            continue
+        step = (path, key, attribute)
+        if settable and isinstance(value, SpmdTensor):
+            _note(_place(obj, key, not attribute), value, step, walked, wanted, found)
+        _audit(value, step, walked, wanted, seen, found)
 
 
-def _slots_of(obj, path: str) -> list[tuple[Place | None, Any, str]]:
-    """What ``obj`` holds: (its slot if the value can be replaced there, value, path)."""
+def _contents(obj) -> tuple[list, bool, bool]:
+    """What ``obj`` holds as ``(key, value)`` pairs; whether a value can be replaced
+    there; whether the keys are attribute names."""
     if isinstance(obj, dict):
-        return [(_place(obj, k, True), v, f"{path}[{_key_name(k)}]")
-                for k, v in list(obj.items())]
-    if isinstance(obj, list):
-        return [(_place(obj, k, True), v, f"{path}[{k}]") for k, v in enumerate(obj)]
-    if isinstance(obj, tuple):
-        return [(None, v, f"{path}[{k}]") for k, v in enumerate(obj)]
+        return list(obj.items()), True, False
+    if isinstance(obj, (list, tuple)):
+        return list(enumerate(obj)), isinstance(obj, list), False
     walked_types = (torch.nn.Module, torch.optim.Optimizer, torch.optim.lr_scheduler.LRScheduler)
     if isinstance(obj, walked_types) or (
             type(obj).__module__.split(".")[0] not in ("builtins", "torch", "jax", "numpy")
             and hasattr(obj, "__dict__")):
-        return [(_place(obj, k, False), v, f"{path}.{k}") for k, v in list(vars(obj).items())]
-    return []
+        return list(vars(obj).items()), True, True
+    return [], False, False
 
 
-def _note(slot: tuple, walked: Places, wanted, found: list) -> None:
-    place, value, name = slot
+def _note(place: Place, value, path, walked: Places, wanted, found: list) -> None:
     if isinstance(value, SpmdTensor) and place not in walked.held and wanted(value):
-        found.append((place, name))
+        found.append((place, _path_name(path)))
+
+
+def _path_name(path) -> str:
+    """``path`` as text: ``"closure variable 'model'._cache['h']"``."""
+    parts = []
+    while not isinstance(path, str):
+        path, key, attribute = path
+        parts.append(f".{key}" if attribute else f"[{_key_name(key)}]")
+    return path + "".join(reversed(parts))
 
 
 def _key_name(key) -> str:
