@@ -12,7 +12,7 @@ from __future__ import annotations
 from torchspmd.lazy import provenance
 from torchspmd.lazy.node import Node, TensorMeta
 from torchspmd.lazy.record import record_unary
-from torchspmd.lazy.registry import WeakRegistry
+from torchspmd.lazy.weak_set import WeakRegistry
 from torchspmd.lowering.annotations import SHARDING_CONSTRAINT
 from torchspmd.lazy.views import IDENTITY_IDS, derive, write_back
 
