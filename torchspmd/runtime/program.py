@@ -21,7 +21,7 @@ from torchspmd.lowering import jax_private
 from torchspmd.runtime import transfer
 from torchspmd.runtime.donation import NOT_USABLE, output_avals
 from torchspmd.runtime.graph import OUTPUTS, Graph
-from torchspmd.runtime.manual import check_region, exit_region, manual_steps, run_region
+from torchspmd.runtime.manual_regions import check_region, exit_region, manual_steps, run_region
 from torchspmd.runtime.memory import check_fits
 from torchspmd.runtime.metrics import COUNTERS
 

@@ -30,7 +30,7 @@ from torchspmd.lazy.record import leaf_signature, meta_of, record_unary
 from torchspmd.lowering.annotations import SHARDING_CONSTRAINT
 from torchspmd.lowering.xla_shardings import is_divisible, placement_for
 from torchspmd.runtime import placement
-from torchspmd.runtime.manual import is_local_block
+from torchspmd.runtime.manual_regions import is_local_block
 from torchspmd.sharding.arguments import spmd_tensor
 from torchspmd.sharding.hlo_text import MANUAL_TEXT, sharding_to_hlo_text
 
