@@ -24,7 +24,7 @@ import torch
 from torchspmd.jax_setup import devices
 from torchspmd.lazy.node import Node
 from torchspmd.lowering.xla_shardings import in_id_order, placement_for
-from torchspmd.lowering.annotations import FULL_TO_SHARD, SHARD_TO_FULL, SHARDING_CONSTRAINT
+from torchspmd.lowering.annotation_ops import FULL_TO_SHARD, SHARD_TO_FULL, SHARDING_CONSTRAINT
 from torchspmd.runtime import placement
 from torchspmd.runtime.graph import Graph, collect
 from torchspmd.runtime.metrics import COUNTERS

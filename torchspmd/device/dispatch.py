@@ -26,7 +26,7 @@ from torchspmd.lazy.record import meta_of, record, record_unary
 from torchspmd.lazy.schema import functional_variant, op_schema
 from torchspmd.lazy.shapes import signature
 from torchspmd.lazy.views import IDENTITY_IDS, view_step
-from torchspmd.lowering.annotations import SHARDING_CONSTRAINT
+from torchspmd.lowering.annotation_ops import SHARDING_CONSTRAINT
 from torchspmd.runtime.metrics import COUNTERS
 
 __all__ = ["dispatch", "register_handler", "_assign", "_host_value", "_record", "_wrap"]

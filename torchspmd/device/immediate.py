@@ -23,7 +23,7 @@ from torchspmd.lazy.handle import Handle
 from torchspmd.lazy.node import Node, TensorMeta
 from torchspmd.lazy.provenance import refuse_host_read
 from torchspmd.lazy.record import record_unary
-from torchspmd.lowering.annotations import SHARDING_CONSTRAINT
+from torchspmd.lowering.annotation_ops import SHARDING_CONSTRAINT
 
 aten = torch.ops.aten
 

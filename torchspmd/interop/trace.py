@@ -28,7 +28,7 @@ from torchspmd.device.tensor import SpmdTensor
 from torchspmd.lazy.handle import PENDING, Handle
 from torchspmd.lazy.node import Node, Signature, TensorMeta
 from torchspmd.lowering import RANDOM_OPS
-from torchspmd.lowering.annotations import FULL_TO_SHARD, SHARD_TO_FULL, AnnotationOp
+from torchspmd.lowering.annotation_ops import FULL_TO_SHARD, SHARD_TO_FULL, AnnotationOp
 from torchspmd.lowering.registry import lowers
 from torchspmd.runtime.program import _lower
 

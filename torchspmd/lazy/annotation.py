@@ -11,7 +11,7 @@ from torchspmd.lazy.handle import Handle
 from torchspmd.lazy.node import Node
 from torchspmd.lazy.record import leaf_signature, meta_of, record_unary
 from torchspmd.lazy.views import IDENTITY_IDS, IDENTITY_OPS
-from torchspmd.lowering.annotations import SHARDING_CONSTRAINT
+from torchspmd.lowering.annotation_ops import SHARDING_CONSTRAINT
 
 __all__ = ["IDENTITY_OPS", "peel", "sharded_value", "annotation", "unannotated", "plain_leaf",
            "keep_annotation"]

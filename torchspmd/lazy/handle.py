@@ -13,7 +13,7 @@ from torchspmd.lazy import provenance
 from torchspmd.lazy.node import Node, TensorMeta
 from torchspmd.lazy.record import record_unary
 from torchspmd.lazy.weak_set import WeakRegistry
-from torchspmd.lowering.annotations import SHARDING_CONSTRAINT
+from torchspmd.lowering.annotation_ops import SHARDING_CONSTRAINT
 from torchspmd.lazy.views import IDENTITY_IDS, derive, write_back
 
 # Storages whose value is still a pending graph, and views whose derived value is:

@@ -15,7 +15,7 @@ import numpy as np
 
 from torchspmd.lazy.node import TENSOR, ScalarSlot, TensorMeta
 from torchspmd.lowering import LOWERINGS, RANDOM_OPS
-from torchspmd.lowering.annotations import SHARD_TO_FULL, SHARDING_CONSTRAINT
+from torchspmd.lowering.annotation_ops import SHARD_TO_FULL, SHARDING_CONSTRAINT
 from torchspmd.lowering.dtypes import to_jax_dtype
 from torchspmd.lowering import jax_private
 from torchspmd.runtime import transfer

@@ -27,7 +27,7 @@ from torchspmd.lazy.annotation import (IDENTITY_OPS, annotation, plain_leaf, sha
 from torchspmd.lazy.handle import Handle
 from torchspmd.lazy.node import Node
 from torchspmd.lazy.record import leaf_signature, meta_of, record_unary
-from torchspmd.lowering.annotations import SHARDING_CONSTRAINT
+from torchspmd.lowering.annotation_ops import SHARDING_CONSTRAINT
 from torchspmd.lowering.xla_shardings import is_divisible, placement_for
 from torchspmd.runtime import placement
 from torchspmd.runtime.manual_regions import is_local_block
