@@ -154,14 +154,33 @@ def circles(tree: Tree, layers: list[frozenset[str]],
 
 
 def private_reaches(tree: Tree) -> list[Import]:
-    """Underscored names (or private modules) imported from another package."""
+    """Underscored names (or private modules) imported from another package.
+
+    A name the target module lists in ``__all__`` is public whatever its spelling
+    (PyTorch/XLA's API has ``_mark_manual_sharding``).
+    """
     return [i for i in tree.imports
-            if tree.unit_of(i.importer) != tree.unit_of(i.target) and _is_private(i)]
+            if tree.unit_of(i.importer) != tree.unit_of(i.target) and _is_private(tree, i)]
 
 
-def _is_private(i: Import) -> bool:
-    path = i.target.split(".")[1:] + [x for x in (i.name, i.attribute) if x]
+def _is_private(tree: Tree, i: Import) -> bool:
+    name = i.name or i.attribute
+    if name is not None and name in _exported(tree.modules[i.target]):
+        name = None
+    path = i.target.split(".")[1:] + ([name] if name else [])
     return any(p.startswith("_") and not p.startswith("__") for p in path)
+
+
+def _exported(module: Module) -> frozenset[str]:
+    """The names a module's literal ``__all__`` lists (none if it has no such list)."""
+    for node in ast.parse(module.source).body:
+        if (isinstance(node, ast.Assign) and len(node.targets) == 1
+                and getattr(node.targets[0], "id", None) == "__all__"):
+            try:
+                return frozenset(ast.literal_eval(node.value))
+            except ValueError:  # built, not literal: nothing counts as listed
+                return frozenset()
+    return frozenset()
 
 
 def _type_checking_only(tree: ast.Module) -> set[int]:

@@ -84,6 +84,12 @@ def test_checker_finds_no_circle_through_a_type_checking_import():
     assert circles(t, SYNTHETIC_LAYERS) == []
 
 
+def test_checker_takes_an_underscored_name_listed_in_all_as_public():
+    t = tree(low__x="__all__ = ['_api']\n_api = _hidden = 1\n",
+             top__a="from p.low.x import _api, _hidden\n")
+    assert [i.name for i in private_reaches(t)] == ["_hidden"]
+
+
 def test_checker_finds_underscored_names_and_private_modules_across_packages():
     t = tree(low__x="_y = 1\n", low___private="", low__z="from p.low.x import _y\n",
              top__a="from p.low.x import _y\nfrom p.low import _private\n"
