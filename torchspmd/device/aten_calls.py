@@ -22,11 +22,11 @@ from torchspmd.device.linalg_composites import LINALG_COMPOSITES
 from torchspmd.device.tensor import SpmdTensor
 from torchspmd.lazy import provenance
 from torchspmd.lazy.handle import Handle
-from torchspmd.lazy.node import TENSOR, Node, ScalarSlot, TensorMeta
+from torchspmd.lazy.node import IDENTITY_OPS, TENSOR, Node, ScalarSlot, TensorMeta
 from torchspmd.lazy.record import freeze, leaf_signature, meta_of, record
 from torchspmd.lazy.schema import SCALAR, SCALARS, STATIC, TENSORS, op_schema
 from torchspmd.lazy.schema import TENSOR as KIND_TENSOR
-from torchspmd.lazy.views import IDENTITY_OPS, view_step
+from torchspmd.lazy.views import view_step
 from torchspmd.lowering import LOWERINGS, RANDOM_OPS
 from torchspmd.runtime import rng, transfer
 from torchspmd.runtime.metrics import COUNTERS

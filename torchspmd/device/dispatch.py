@@ -21,11 +21,11 @@ from torchspmd.device.aten_calls import (FACTS, SPECIAL, decompose, flatten, hos
 from torchspmd.device.tensor import SpmdTensor
 from torchspmd.lazy.annotation import annotation, peel, sharded_value
 from torchspmd.lazy.handle import Handle, unkept
-from torchspmd.lazy.node import TENSOR, Node
+from torchspmd.lazy.node import IDENTITY_IDS, TENSOR, Node
 from torchspmd.lazy.record import meta_of, record, record_unary
 from torchspmd.lazy.schema import functional_variant, op_schema
 from torchspmd.lazy.shapes import signature
-from torchspmd.lazy.views import IDENTITY_IDS, view_step
+from torchspmd.lazy.views import view_step
 from torchspmd.lowering.annotation_ops import SHARDING_CONSTRAINT
 from torchspmd.runtime.metrics import COUNTERS
 

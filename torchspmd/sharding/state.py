@@ -22,10 +22,9 @@ import torch
 from jax.sharding import NamedSharding
 
 from torchspmd.device.tensor import SpmdTensor
-from torchspmd.lazy.annotation import (IDENTITY_OPS, annotation, plain_leaf, sharded_value,
-                                       unannotated)
+from torchspmd.lazy.annotation import annotation, plain_leaf, sharded_value, unannotated
 from torchspmd.lazy.handle import Handle
-from torchspmd.lazy.node import Node
+from torchspmd.lazy.node import IDENTITY_OPS, Node
 from torchspmd.lazy.record import leaf_signature, meta_of, record_unary
 from torchspmd.lowering.annotation_ops import SHARDING_CONSTRAINT
 from torchspmd.lowering.xla_shardings import is_divisible, placement_for
