@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from torchspmd.lazy.node import TensorMeta
 from torchspmd.lowering.dtypes import to_jax_dtype
+from torchspmd.runtime import ownership_check  # noqa: F401  (calibrates ownership at import)
 from torchspmd.runtime.graph import Graph
 from torchspmd.runtime.ownership import unheld_leaves
 
