@@ -87,9 +87,19 @@ class Tree:
         return f"{parts[1]}/" if top is None or top.is_package else f"{parts[1]}.py"
 
     @functools.cached_property
+    def syntax(self) -> dict[str, ast.Module]:
+        """Each module's syntax tree, parsed once."""
+        return {name: ast.parse(m.source) for name, m in self.modules.items()}
+
+    @functools.cached_property
     def imports(self) -> list[Import]:
-        """Every import of a module of the tree by a module of the tree (parsed once)."""
+        """Every import of a module of the tree by a module of the tree."""
         return [i for m in self.modules.values() for i in _imports_in(self, m)]
+
+    @functools.cached_property
+    def exported(self) -> dict[str, frozenset[str]]:
+        """Each module's literal ``__all__`` (empty if it has none)."""
+        return {name: _exported(syntax) for name, syntax in self.syntax.items()}
 
 
 def read_layers(markdown: str) -> list[frozenset[str]]:
@@ -165,15 +175,15 @@ def private_reaches(tree: Tree) -> list[Import]:
 
 def _is_private(tree: Tree, i: Import) -> bool:
     name = i.name or i.attribute
-    if name is not None and name in _exported(tree.modules[i.target]):
+    if name is not None and name in tree.exported[i.target]:
         name = None
     path = i.target.split(".")[1:] + ([name] if name else [])
     return any(p.startswith("_") and not p.startswith("__") for p in path)
 
 
-def _exported(module: Module) -> frozenset[str]:
+def _exported(syntax: ast.Module) -> frozenset[str]:
     """The names a module's literal ``__all__`` lists (none if it has no such list)."""
-    for node in ast.parse(module.source).body:
+    for node in syntax.body:
         if (isinstance(node, ast.Assign) and len(node.targets) == 1
                 and getattr(node.targets[0], "id", None) == "__all__"):
             try:
@@ -183,26 +193,33 @@ def _exported(module: Module) -> frozenset[str]:
     return frozenset()
 
 
-def _type_checking_only(tree: ast.Module) -> set[int]:
-    """ids of the nodes under ``if TYPE_CHECKING:`` (its body only, not its else)."""
-    ids = set()
-    for node in ast.walk(tree):
-        test = getattr(node, "test", None)
-        if isinstance(node, ast.If) and (getattr(test, "id", None) == "TYPE_CHECKING"
-                                         or getattr(test, "attr", None) == "TYPE_CHECKING"):
-            ids.update(id(n) for stmt in node.body for n in ast.walk(stmt))
-    return ids
+def _counted_nodes(syntax: ast.Module):
+    """Every node of ``syntax`` except those under ``if TYPE_CHECKING:`` (its body; its
+    ``else`` counts), in one pass."""
+    stack: list[ast.AST] = [syntax]
+    while stack:
+        node = stack.pop()
+        yield node
+        if isinstance(node, ast.If) and _is_type_checking(node.test):
+            stack.extend(node.orelse)
+        else:
+            stack.extend(ast.iter_child_nodes(node))
+
+
+def _is_type_checking(test: ast.expr) -> bool:
+    return (getattr(test, "id", None) == "TYPE_CHECKING"
+            or getattr(test, "attr", None) == "TYPE_CHECKING")
 
 
 def _imports_in(tree: Tree, module: Module) -> list[Import]:
-    syntax = ast.parse(module.source)
-    skip = _type_checking_only(syntax)
     found: list[Import] = []
     bound: dict[str, str] = {}  # local name -> the tree's module it is bound to
-    for node in ast.walk(syntax):
-        if id(node) in skip:
-            continue
-        if isinstance(node, ast.Import):
+    attributes: list[ast.Attribute] = []
+    for node in _counted_nodes(tree.syntax[module.name]):
+        if isinstance(node, ast.Attribute):
+            if node.attr.startswith("_") and not node.attr.startswith("__"):
+                attributes.append(node)
+        elif isinstance(node, ast.Import):
             for alias in node.names:
                 if alias.name in tree.modules:
                     found.append(Import(module.name, alias.name, None, node.lineno))
@@ -217,12 +234,10 @@ def _imports_in(tree: Tree, module: Module) -> list[Import]:
                     bound[alias.asname or alias.name] = sub
                 elif base in tree.modules:
                     found.append(Import(module.name, base, alias.name, node.lineno))
-    for node in ast.walk(syntax):  # ``module._y`` on a module bound above
-        if (isinstance(node, ast.Attribute) and node.attr.startswith("_")
-                and not node.attr.startswith("__") and id(node) not in skip):
-            target = _module_named(tree, bound, node.value)
-            if target is not None:
-                found.append(Import(module.name, target, None, node.lineno, node.attr))
+    for node in attributes:  # ``module._y`` on a module bound above
+        target = _module_named(tree, bound, node.value)
+        if target is not None:
+            found.append(Import(module.name, target, None, node.lineno, node.attr))
     return found
 
 
