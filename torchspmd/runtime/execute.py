@@ -19,7 +19,7 @@ from torchspmd.jax_setup import devices
 from torchspmd.lazy.handle import PENDING, PENDING_VIEWS
 from torchspmd.lazy.node import Node
 from torchspmd.lazy.provenance import is_recording, refuse_host_read
-from torchspmd.runtime import hooks, manual, memory, placement, transfer
+from torchspmd.runtime import hooks, manual_regions, memory, placement, transfer
 from torchspmd.runtime.donation import lazy_donations
 from torchspmd.runtime.failure import FailedValue, is_failed, mark_failed
 from torchspmd.runtime.cache import LRU, programs_capacity_from_env
@@ -93,7 +93,7 @@ def take_pending() -> tuple[list, list, list[tuple[Node, int]]]:
     put them back) and their pending values, which one run must now compute."""
     storages, views = PENDING.take(), PENDING_VIEWS.take()
     values = [s.value for s in storages] + [h.pending_view_value() for h in views]
-    local = manual.local_blocks(values)
+    local = manual_regions.local_blocks(values)
     if any(local):
         # Local blocks of a manual region a live tensor still holds stay pending (their
         # region's global results are computed; the blocks are no value of their own).

@@ -125,7 +125,7 @@ class _Read:
     recording, the arguments' values, the first node of the step, which walked slot held
     each storage before the step, and the new tensor the step put in each slot."""
 
-    rec: provenance.Recording
+    rec: provenance.StorageTouches
     arg_values: list
     start: int
     held_by: dict  # storage -> Place
