@@ -36,7 +36,8 @@ from torchspmd.runtime import execute, ownership, placement, rng, transfer
 from torchspmd.runtime.cache import LRU
 from torchspmd.runtime.memory import check_fits
 from torchspmd.runtime.metrics import COUNTERS
-from torchspmd.runtime.program import Program, donated_first, unrepresentable_output
+from torchspmd.runtime.program import (SCALAR_KINDS, VECTOR_DTYPES, Program, donated_first,
+                                       unrepresentable_output)
 from torchspmd.sharding.state import new_leaf
 from torchspmd.step import optim
 from torchspmd.step.capture import Captured
@@ -47,7 +48,7 @@ from torchspmd.step.wiring import Wiring, wire
 from torchspmd.step.write_back import Call, Writes, finish, install, new_state, restore
 
 aten = torch.ops.aten
-_VECTOR_DTYPES = {float: np.float64, int: np.int64, bool: np.bool_}
+_VECTOR_DTYPES = dict(zip(SCALAR_KINDS, VECTOR_DTYPES))  # scalar kind -> its vector's dtype
 # Compiled steps by graph key, donated inputs and input layouts: a step captured again
 # (a hyperparameter changed, state moved) reuses its executable.
 _EXECUTABLES = LRU(64)
@@ -109,7 +110,7 @@ class Plan:
         kinds = self.program.scalar_kinds
         flat = [s for n in graph.nodes for s in n.scalars]
         self.vectors = {k: np.array([s for s, kk in zip(flat, kinds) if kk is k],
-                                    dtype=_VECTOR_DTYPES[k]) for k in (float, int, bool)}
+                                    dtype=_VECTOR_DTYPES[k]) for k in SCALAR_KINDS}
         self.seed_slots = []
         position = 0
         ints_before = 0
