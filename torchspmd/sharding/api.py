@@ -267,8 +267,8 @@ class _ShardAlike(torch.autograd.Function):
 
 
 def _shard_alike_values(a: SpmdTensor, b: SpmdTensor) -> tuple[SpmdTensor, SpmdTensor]:
-    values = (a._h.value(), b._h.value())
-    node = record(SHARD_ALIKE, (TENSOR, TENSOR), (), values, (a._h.meta, b._h.meta))
+    values = (a.handle.value(), b.handle.value())
+    node = record(SHARD_ALIKE, (TENSOR, TENSOR), (), values, (a.handle.meta, b.handle.meta))
     return tuple(SpmdTensor(Handle.new((node, i), node.sig.outputs[i])) for i in range(2))
 
 

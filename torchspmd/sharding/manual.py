@@ -77,7 +77,7 @@ def enable_manual_sharding(t: torch.Tensor, partition_spec: PartitionSpec, *,
         raise ValueError(f"torchspmd: enable_manual_sharding needs dims that divide evenly "
                          f"by the tiling; shape {tuple(inner.shape)} with spec "
                          f"{partition_spec} does not.") from e
-    local = _reshaped(inner._h.value(), sharding, FULL_TO_SHARD, local_shape)
+    local = _reshaped(inner.handle.value(), sharding, FULL_TO_SHARD, local_shape)
     return wrap_as_sharded_tensor(local)
 
 
@@ -111,7 +111,7 @@ def disable_manual_sharding(t: torch.Tensor, partition_spec: PartitionSpec,
     full_shape = tuple(int(d) for d in full_shape)
     check_spec(partition_spec, len(full_shape), "disable_manual_sharding")
     sharding = named_sharding(mesh, partition_spec)
-    value = inner._h.value()
+    value = inner.handle.value()
     entry = _region_entry(value)
     if entry is None:
         raise RuntimeError("disable_manual_sharding: the tensor is not manual sharded (not a "
@@ -151,7 +151,7 @@ def _mark_manual_sharding(t: torch.Tensor, *, mesh: Mesh | None = None) -> XLASh
         >>> y = disable_manual_sharding(local, ("x",), (8 * x.shape[0],), mesh=mesh)  # 8 copies
     """
     inner = state.as_spmd_tensor(t, "_mark_manual_sharding")
-    value = inner._h.value()
+    value = inner.handle.value()
     if value[0].is_leaf:
         raise RuntimeError("Marking any data tensors as manual is not supported")
     if state.in_manual_region(value):
