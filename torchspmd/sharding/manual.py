@@ -17,10 +17,10 @@ from torchspmd.lazy.record import meta_of, record
 from torchspmd.lowering.annotations import FULL_TO_SHARD, SHARD_TO_FULL
 from torchspmd.runtime.manual import note_entry
 from torchspmd.sharding import state
-from torchspmd.sharding.api import mark_sharding, wrap_as_sharded_tensor
+from torchspmd.sharding.api import checked, mark, wrap_as_sharded_tensor
 from torchspmd.sharding.mesh import Mesh, get_global_mesh
-from torchspmd.sharding.arguments import check_mesh, check_spec
-from torchspmd.sharding.partition_spec import PartitionSpec, named_sharding
+from torchspmd.sharding.arguments import check_mesh
+from torchspmd.sharding.partition_spec import PartitionSpec, resolve
 from torchspmd.sharding.sharded_tensor import XLAShardedTensor
 
 __all__ = ["enable_manual_sharding", "disable_manual_sharding", "_mark_manual_sharding"]
@@ -68,9 +68,9 @@ def enable_manual_sharding(t: torch.Tensor, partition_spec: PartitionSpec, *,
         torch.Size([8, 1])
     """
     mesh = _mesh_or_global(mesh, "enable_manual_sharding")
-    mark_sharding(t, mesh, partition_spec)
-    inner = state.as_spmd_tensor(t, "enable_manual_sharding")
-    sharding = named_sharding(mesh, partition_spec)
+    inner, spec = checked(t, mesh, partition_spec, "mark_sharding")  # mark_sharding's messages
+    mark(t, inner, spec, partition_spec)
+    sharding = spec.named_sharding
     try:
         local_shape = sharding.shard_shape(tuple(inner.shape))
     except ValueError as e:
@@ -109,8 +109,8 @@ def disable_manual_sharding(t: torch.Tensor, partition_spec: PartitionSpec,
     mesh = _mesh_or_global(mesh, "disable_manual_sharding")
     inner = state.as_spmd_tensor(t, "disable_manual_sharding")
     full_shape = tuple(int(d) for d in full_shape)
-    check_spec(partition_spec, len(full_shape), "disable_manual_sharding")
-    sharding = named_sharding(mesh, partition_spec)
+    sharding = resolve(mesh, partition_spec, len(full_shape),
+                       "disable_manual_sharding").named_sharding
     value = inner.handle.value()
     entry = _region_entry(value)
     if entry is None:
@@ -157,5 +157,5 @@ def _mark_manual_sharding(t: torch.Tensor, *, mesh: Mesh | None = None) -> XLASh
     if state.in_manual_region(value):
         return wrap_as_sharded_tensor(inner)
     mesh = _mesh_or_global(mesh, "_mark_manual_sharding")
-    whole = named_sharding(mesh, (None,) * inner.dim())
+    whole = resolve(mesh, (None,) * inner.dim()).named_sharding
     return wrap_as_sharded_tensor(_reshaped(value, whole, FULL_TO_SHARD, tuple(inner.shape)))
