@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import time
 import warnings
+from typing import TYPE_CHECKING
 
 import jax
 import jax.numpy as jnp
@@ -24,6 +25,10 @@ from torchspmd.runtime.graph import OUTPUTS, Graph
 from torchspmd.runtime.manual import check_region, exit_region, manual_steps, run_region
 from torchspmd.runtime.memory import check_fits
 from torchspmd.runtime.metrics import COUNTERS
+
+if TYPE_CHECKING:
+    from torchspmd.runtime.input_layouts import InputLayouts
+    from torchspmd.runtime.parts import Parts
 
 _KINDS = (float, int, bool)
 _VECTOR_DTYPES = (np.float64, np.int64, np.bool_)
@@ -69,6 +74,18 @@ class Program:
         self._last_args = None  # the latest run's argument layouts, for optimized_hlo()
         # Per scalar vector: (host value, its device copy, device ids) of the latest run.
         self._vector_copies: list = [None] * len(_KINDS)
+        # What ``execute`` learns running it: its graph's independent computations, its
+        # inputs' layouts when each last entered as it was, bytes per donation set.
+        self.parts: Parts | None = None
+        self.input_layouts: InputLayouts | None = None
+        self._donated_bytes: dict[tuple[int, ...], int] = {}
+
+    def bytes_donated(self, inputs: list, donate: tuple[int, ...]) -> int:
+        """The bytes of ``inputs`` at ``donate`` (once per set: the key fixes the shapes)."""
+        count = self._donated_bytes.get(donate)
+        if count is None:
+            count = self._donated_bytes[donate] = sum(inputs[i].nbytes for i in donate)
+        return count
 
     def run(self, graph: Graph, leaf_arrays: list, donate: tuple[int, ...] = (),
             ids: tuple[int, ...] | None = None, pairs: tuple = ()) -> list[list]:

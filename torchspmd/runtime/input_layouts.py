@@ -1,0 +1,69 @@
+"""The layouts a program's inputs had the last time every one entered it as it was.
+
+A training loop feeds a program the outputs of its previous run, whose shardings are the
+same objects step after step: one identity test per input then stands for working out
+placements and placing each input (``execute``). Kept on the :class:`Program`
+(``program.input_layouts``).
+
+Example::
+
+    program.input_layouts = InputLayouts.of(graph, inputs, target)   # after placing
+    inputs = program.input_layouts.inputs(graph)   # next time: the arrays, or None
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import jax
+
+from torchspmd.runtime.failure import FailedValue
+from torchspmd.runtime.graph import Graph
+from torchspmd.runtime.transfer import upload_leaf
+
+__all__ = ["InputLayouts"]
+
+
+@dataclass(frozen=True)
+class InputLayouts:
+    """Per input position: its array's sharding object and its leaf's annotation (host
+    data), and the devices the program ran on (``None``: every device).
+
+    >>> InputLayouts.of(graph, inputs, None).target is None  # doctest: +SKIP
+    True
+    """
+
+    shardings: tuple
+    target: tuple[int, ...] | None
+    annotations: tuple
+
+    @classmethod
+    def of(cls, graph: Graph, inputs: list, target) -> "InputLayouts | None":
+        """The layouts of ``inputs`` (placed for ``graph``), or None if any input was moved
+        to enter the program (then it does not enter as it is next time either)."""
+        for (leaf, index), placed in zip(graph.leaves, inputs):
+            if placed is not leaf.arrays[index]:
+                return None
+        return cls(tuple(a.sharding for a in inputs), target,
+                   tuple(leaf.sharding for leaf, _ in graph.leaves))
+
+    def inputs(self, graph: Graph) -> list[jax.Array] | None:
+        """The graph's input arrays if each has the layout recorded for its position (then
+        each enters the program as it is, on the same devices), else None."""
+        shardings, annotations = self.shardings, self.annotations
+        # Host data is uploaded as it is annotated: only with last time's annotations does
+        # it take last time's layouts (else placement must see the annotations themselves,
+        # with no leaf uploaded yet).
+        for position, (leaf, _) in enumerate(graph.leaves):
+            if leaf.host is not None and leaf.sharding is not annotations[position]:
+                return None
+        inputs = []
+        for position, (leaf, index) in enumerate(graph.leaves):
+            if leaf.host is not None:
+                upload_leaf(leaf)
+            array = leaf.arrays[index]
+            if (array is None or type(array) is FailedValue
+                    or array.sharding is not shardings[position]):
+                return None  # the usual path raises what it must
+            inputs.append(array)
+        return inputs
