@@ -25,7 +25,7 @@ Example::
 
 from __future__ import annotations
 
-from collections.abc import Callable, Hashable, Sequence
+from collections.abc import Hashable, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import TYPE_CHECKING, Any, Union
@@ -44,7 +44,6 @@ __all__ = [
     "check_spec",
     "named_sharding",
     "spec_key",
-    "cached_per_spec",
 ]
 
 PartitionSpec = Sequence[Union[tuple[Union[int, str], ...], int, str, None]]
@@ -123,7 +122,10 @@ def resolve(mesh: Mesh, spec: PartitionSpec, rank: int | None = None,
         check_spec(spec, rank, caller)
     elif not isinstance(spec, (tuple, list)):
         raise TypeError(f"Partition spec must be a tuple or a list, got {type(spec)}")
-    return cached_per_spec(mesh, "resolve", spec, lambda: _resolve(mesh, spec))
+    key = spec_key(spec)
+    if key is None:  # an unhashable entry: invalid, and _resolve says why
+        return _resolve(mesh, spec)
+    return mesh.cached(("resolve", key), lambda: _resolve(mesh, spec))
 
 
 def named_sharding(mesh: Mesh, spec: PartitionSpec) -> NamedSharding:
@@ -160,21 +162,6 @@ def spec_key(spec: PartitionSpec) -> Hashable | None:
         return tuple(_entry_key(e) for e in spec)
     except TypeError:
         return None
-
-
-def cached_per_spec(
-    mesh: Mesh, tag: str, spec: PartitionSpec, compute: Callable[[], Any], *extra: Hashable
-) -> Any:
-    """``compute()``, memoized on ``mesh`` under ``(tag, spec, *extra)``.
-
-    >>> from torchspmd.sharding.mesh import Mesh
-    >>> cached_per_spec(Mesh([0, 1], (2,)), "len", (0,), lambda: 1)
-    1
-    """
-    key = spec_key(spec)
-    if key is None:
-        return compute()
-    return mesh.cached((tag, key, *extra), compute)
 
 
 # -- resolution ----------------------------------------------------------------------
