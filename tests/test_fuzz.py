@@ -119,3 +119,17 @@ def test_local_shards_that_miss_a_region_are_caught():
     shards = XLAShardedTensor(t).local_shards
     assert check_shards("t", shards, torch.arange(8.)) is None
     assert "uncovered" in check_shards("t", shards[:1], torch.arange(8.))
+
+
+def test_a_job_whose_process_aborts_counts_a_process_abort_and_goes_on(tmp_path, monkeypatch):
+    """XLA's CHECK failures kill the process: the parallel runner counts the program that
+    died as a ``process abort``, writes its repro, and runs the programs after it."""
+    from torchspmd.testing.fuzz.parallel import fuzz_in_processes
+    from torchspmd.testing.fuzz.report import ABORT_AT
+    from torchspmd.testing.fuzz.runner import ABORT
+
+    monkeypatch.setenv(ABORT_AT, "1")
+    counts = fuzz_in_processes(programs=3, seed=0, start=0, jobs=1, out_dir=str(tmp_path))
+    assert counts[ABORT] == 1
+    assert counts[OK] + counts[USER] == 2  # programs 0 and 2 ran
+    assert (tmp_path / "seed0_1.py").exists()

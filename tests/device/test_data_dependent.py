@@ -1,15 +1,15 @@
 """Ops whose output shape depends on the data: one host read of a size, results on CPU's.
 
 Each op reads one small value to the host (the size), then continues with static shapes
-on the device; inside ``forbid_host_reads`` (what a compiled step's capture uses) they
-raise an error naming the op.
+on the device; inside a compiled step (``torchspmd.compile``) they raise an error naming
+the op.
 """
 
 import pytest
 import torch
 
 import torchspmd
-from torchspmd.device.host import HostReadError, forbid_host_reads
+from torchspmd.step import HostReadInStep
 from torchspmd.runtime.metrics import COUNTERS
 
 x_cpu = torch.tensor([[0.0, 1.5, -2.0, 0.0], [3.0, 0.0, 3.0, 1.5], [-2.0, 0.0, 0.0, 7.0]])
@@ -129,10 +129,9 @@ def test_repeat_interleave_with_tensor_repeats_matches_cpu():
     _same(torch.repeat_interleave(repeats.to("spmd")), torch.repeat_interleave(repeats))
 
 
-def test_data_dependent_ops_refuse_where_host_reads_are_forbidden():
-    x = x_cpu.to("spmd")
-    with forbid_host_reads("a compiled step"):
-        with pytest.raises(HostReadError, match="torch.nonzero.*a compiled step"):
-            x[x > 0]
-        with pytest.raises(HostReadError, match="torch.unique"):
-            torch.unique(x)
+@pytest.mark.parametrize("op, name", [(lambda x: x[x > 0], "torch.nonzero"),
+                                      (torch.unique, "torch.unique")])
+def test_data_dependent_ops_refuse_inside_a_compiled_step_naming_the_op(op, name):
+    step = torchspmd.compile(lambda x: op(x * 2))
+    with pytest.raises(HostReadInStep, match=f"{name} .*to decide its output shape.*compiled"):
+        step(x_cpu.to("spmd"))

@@ -6,7 +6,7 @@ import torch
 
 from torchspmd.lazy.handle import PENDING, Storage
 from torchspmd.lazy.node import Node, TensorMeta
-from torchspmd.lazy.registry import WeakRegistry
+from torchspmd.lazy.weak_set import WeakRegistry
 
 
 class _Member:

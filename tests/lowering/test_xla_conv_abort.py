@@ -59,8 +59,9 @@ def test_xla_cpu_still_aborts_on_this_strided_conv2d_gradient_even_unsharded():
     """Found by the fuzzer (seed 0, program 2700): XLA's algebraic simplifier CHECK-fails
     ("Window dimensions do not match RHS shape") on the gradient of a stride-2 conv2d with
     a 3x2 kernel, padding 1, on a 3x6 input, with no sharding at all. torchspmd lowers
-    conv2d's backward through the same convolutions, so a user's process aborts too
-    (docs/limits.md). When this test fails, XLA is fixed."""
+    conv2d's input gradient and transposed convolutions through an explicit interior pad on
+    CPU instead (lowering/conv.py; tests/lowering/test_conv.py runs these shapes). When this
+    test fails, XLA is fixed: drop that branch of ``_conv``."""
     done = subprocess.run([sys.executable, "-c", UNSHARDED], capture_output=True, text=True,
                           timeout=300)
     assert done.returncode != 0 and "Check failed" in done.stderr, done.stdout + done.stderr

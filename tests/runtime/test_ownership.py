@@ -22,7 +22,7 @@ import pytest
 import torch
 
 import torchspmd as xs
-from torchspmd.runtime import ownership
+from torchspmd.runtime import ownership, ownership_check
 from tests.step.helpers import DEVICE, batches, mlp, train_step
 
 
@@ -77,11 +77,11 @@ def counting(request):
     if request.param == "one lower":
         ownership._getrefcount = lambda x: real(x) - 2  # - 1 for this lambda's own argument
     try:
-        assert ownership.calibrate().ok
+        assert ownership_check.calibrate().ok
         yield request.param
     finally:
         ownership._getrefcount = real
-        ownership.calibrate()
+        ownership_check.calibrate()
 
 
 INTERPRETERS = pytest.mark.parametrize("counting", ["this interpreter", "one lower"],
@@ -231,10 +231,10 @@ def uneven_counts():
     real = ownership._getrefcount
     ownership._getrefcount = lambda x: real(x) - 1 - (type(x) is tuple)
     try:
-        yield ownership.calibrate()
+        yield ownership_check.calibrate()
     finally:
         ownership._getrefcount = real
-        ownership.calibrate()
+        ownership_check.calibrate()
 
 
 def test_counts_that_fail_the_self_test_turn_donation_off_and_say_why(uneven_counts):

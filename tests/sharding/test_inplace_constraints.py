@@ -11,7 +11,7 @@ import copy
 import torch
 
 import torchspmd
-from torchspmd.lowering.annotations import SHARDING_CONSTRAINT
+from torchspmd.lowering.annotation_ops import SHARDING_CONSTRAINT
 from torchspmd.runtime.graph import collect
 from torchspmd.sharding import Mesh, get_sharding, mark_sharding
 

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 import torch
 
 from torchspmd.runtime import transfer
-from torchspmd.runtime.shards import Region, assemble, local_regions, owned_shards
+from torchspmd.runtime.array_regions import Region, assemble, local_regions, owned_shards
 from torchspmd.sharding import device_data
 
 __all__ = ["HostShards", "LoadTarget", "snapshot", "offsets", "sizes"]

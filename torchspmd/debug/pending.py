@@ -24,11 +24,11 @@ import torch
 from torchspmd.jax_setup import devices
 from torchspmd.lazy.node import Node
 from torchspmd.lowering.xla_shardings import in_id_order, placement_for
-from torchspmd.lowering.annotations import FULL_TO_SHARD, SHARD_TO_FULL, SHARDING_CONSTRAINT
+from torchspmd.lowering.annotation_ops import FULL_TO_SHARD, SHARD_TO_FULL, SHARDING_CONSTRAINT
 from torchspmd.runtime import placement
 from torchspmd.runtime.graph import Graph, collect
 from torchspmd.runtime.metrics import COUNTERS
-from torchspmd.runtime.program import _KINDS, _VECTOR_DTYPES, Program
+from torchspmd.runtime.program import SCALAR_KINDS, VECTOR_DTYPES, Program
 from torchspmd.sharding import state
 from torchspmd.sharding.hlo_text import sharding_to_hlo_text
 
@@ -102,7 +102,7 @@ def _lowered(graph: Graph):
     program = Program(graph)
     flat = [s for n in graph.nodes for s in n.scalars]
     vectors = [np.array([s for s, k in zip(flat, program.scalar_kinds) if k is kind], dtype=dt)
-               for kind, dt in zip(_KINDS, _VECTOR_DTYPES)]
+               for kind, dt in zip(SCALAR_KINDS, VECTOR_DTYPES)]
     layouts = [_leaf_layout(node, i, ids) for node, i in graph.leaves]
     traced = COUNTERS["graphs_compiled"]
     try:

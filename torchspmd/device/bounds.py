@@ -22,14 +22,9 @@ import os
 import numpy as np
 import torch
 
-__all__ = ["enabled", "set_enabled", "check"]
+__all__ = ["set_enabled", "check"]
 
 _STATE = {"on": os.environ.get("TORCHSPMD_CHECK_INDICES", "") not in ("", "0")}
-
-
-def enabled() -> bool:
-    """Whether indexing ops check their indices (the switch of :func:`set_enabled`)."""
-    return _STATE["on"]
 
 
 def set_enabled(on: bool = True) -> None:

@@ -14,22 +14,22 @@ import time
 import torch
 
 from torchspmd.device import bounds, host, index_checks, resize
-from torchspmd.device.recording import (_PLANS, SPECIAL, _decompose, _flatten, _host_value,
-                                        _identity_view, _plan, _record, _record_flat,
-                                        _record_view, _shape_result, _unsupported, _views,
-                                        _wrap)
+from torchspmd.device.aten_calls import (FACTS, SPECIAL, decompose, flatten, host_value,
+                                         identity_view, op_facts, record_call, record_flat,
+                                         record_view, shape_result, unsupported, wrap_outputs,
+                                         wrap_views)
 from torchspmd.device.tensor import SpmdTensor
 from torchspmd.lazy.annotation import annotation, peel, sharded_value
 from torchspmd.lazy.handle import Handle, unkept
-from torchspmd.lazy.node import TENSOR, Node
+from torchspmd.lazy.node import IDENTITY_IDS, TENSOR, Node
 from torchspmd.lazy.record import meta_of, record, record_unary
 from torchspmd.lazy.schema import functional_variant, op_schema
 from torchspmd.lazy.shapes import signature
-from torchspmd.lazy.views import IDENTITY_IDS, view_step
-from torchspmd.lowering.annotations import SHARDING_CONSTRAINT
+from torchspmd.lazy.views import view_step
+from torchspmd.lowering.annotation_ops import SHARDING_CONSTRAINT
 from torchspmd.runtime.metrics import COUNTERS
 
-__all__ = ["dispatch", "register_handler", "_assign", "_host_value", "_record", "_wrap"]
+__all__ = ["dispatch", "register_handler", "_assign", "host_value", "record_call", "wrap_outputs"]
 
 aten = torch.ops.aten
 
@@ -43,34 +43,34 @@ def dispatch(func, args: tuple, kwargs: dict):
         bounds.check(func, args, kwargs)
     if _INDEX_CHECKS.on:  # in-graph, read later (torchspmd.debug.index_checks)
         index_checks.note(func, args, kwargs)
-    plan = _PLANS.get(id(func))  # _plan, its hit inline
-    if plan is None or plan.func is not func:
-        plan = _plan(func)
-    if plan.special is not None:  # may run a graph: not counted as tracing
-        return plan.special(*args, **kwargs)
-    data_dependent = plan.data_dependent  # reads a size on the host: not counted either
+    facts = FACTS.get(id(func))  # op_facts, its hit inline
+    if facts is None or facts.func is not func:
+        facts = op_facts(func)
+    if facts.special is not None:  # may run a graph: not counted as tracing
+        return facts.special(*args, **kwargs)
+    data_dependent = facts.data_dependent  # reads a size on the host: not counted either
     if data_dependent is not None and data_dependent.applies(*args, **kwargs):
         return data_dependent.run(*args, **kwargs)
     start = time.perf_counter()
-    if plan.inplace_view:
+    if facts.inplace_view:
         result = _inplace_view(func, args, kwargs)
-    elif plan.mutating:
-        result = _mutate(func, plan.schema, args, kwargs)
-    elif plan.identity and (not args[0]._h.view or args[0]._h.identity):
-        result = _identity_view(func, args)
-    elif plan.plain_view and not kwargs and type(args[0]) is SpmdTensor:
-        result = _views(func, args, _record_view(func, plan, args), plan)
-    elif plan.lowered:
-        node = _record_flat(func, plan, _flatten(plan, args, kwargs))
-        if plan.view:
-            result = _views(func, args, node, plan)
-        elif plan.form == "single":  # most ops: one tensor out, no list to build
+    elif facts.mutating:
+        result = _mutate(func, facts.schema, args, kwargs)
+    elif facts.identity and (not args[0]._h.view or args[0]._h.identity):
+        result = identity_view(func, args)
+    elif facts.plain_view and not kwargs and type(args[0]) is SpmdTensor:
+        result = wrap_views(func, args, record_view(func, facts, args), facts)
+    elif facts.lowered:
+        node = record_flat(func, facts, flatten(facts, args, kwargs))
+        if facts.view:
+            result = wrap_views(func, args, node, facts)
+        elif facts.form == "single":  # most ops: one tensor out, no list to build
             meta = node.sig.outputs[0]
             result = None if meta is None else SpmdTensor(Handle.new((node, 0), meta))
         else:
-            result = _wrap(func, node)
+            result = wrap_outputs(func, node)
     else:
-        result = _decompose(func, args, kwargs)
+        result = decompose(func, args, kwargs)
     COUNTERS["trace_time_s"] += time.perf_counter() - start
     return result
 
@@ -119,7 +119,7 @@ def _mutate(func, schema, args, kwargs):
     """``x.add_(y)``, ``torch.add(a, b, out=c)``: record the functional form, then assign."""
     functional = functional_variant(func)
     if functional is None:
-        raise _unsupported(func)
+        raise unsupported(func)
     targets = [args[i] for i in schema.mutated] + [kwargs[k] for k in schema.mutated_kw]
     targets = [t for group in targets for t in (group if isinstance(group, (list, tuple)) else [group])]
     call_kwargs = {k: v for k, v in kwargs.items() if k not in schema.mutated_kw}
@@ -132,8 +132,8 @@ def _mutate(func, schema, args, kwargs):
             resize.fresh_storage(target, meta_of(value))  # out= tensors take the result's shape
         _assign(target, value)
     if extra:
-        return _shape_result(func, [SpmdTensor(Handle.new(v, meta_of(v))) for v in extra])
-    return _shape_result(func, targets) if _plan(func).form != "none" else None
+        return shape_result(func, [SpmdTensor(Handle.new(v, meta_of(v))) for v in extra])
+    return shape_result(func, targets) if op_facts(func).form != "none" else None
 
 
 def _compute_checked(func, functional, args, kwargs, call_kwargs,
@@ -146,17 +146,17 @@ def _compute_checked(func, functional, args, kwargs, call_kwargs,
     value that is only a constraint kept from its previous in-place update is read
     without it (``handle.unkept``): this op's result is constrained again.
     """
-    flat = _flatten(_plan(func), args, kwargs)
+    flat = flatten(op_facts(func), args, kwargs)
     template, kw_template, inputs, metas, scalars = flat
     signature(func, template, kw_template, tuple(metas), tuple(scalars))
-    plan = _plan(functional)
-    if not plan.lowered:
-        out = _decompose(functional, args, call_kwargs)
+    facts = op_facts(functional)
+    if not facts.lowered:
+        out = decompose(functional, args, call_kwargs)
         return [o._h.value() for o in (out if isinstance(out, (list, tuple)) else [out])]
     if call_kwargs.keys() != kwargs.keys():  # out= dropped (or dtype added)
-        flat = _flatten(plan, args, call_kwargs)
+        flat = flatten(facts, args, call_kwargs)
     _skip_kept(flat[2], targets)
-    node = _record_flat(functional, plan, flat)
+    node = record_flat(functional, facts, flat)
     return [(node, i) for i in range(len(node.sig.outputs))]
 
 
@@ -229,7 +229,7 @@ def _inplace_view(func, args, kwargs):
     """``x.t_()``, ``x.unsqueeze_(0)``: ``x`` itself becomes a view of its old self."""
     target = args[0]
     functional = functional_variant(func)
-    node = _record(functional, args, kwargs)
+    node = record_call(functional, args, kwargs)
     meta = node.sig.outputs[0]
     target._h = target._h.viewed(view_step(functional, tuple(args[1:])), (node, 0), meta)
     with torch._C._DisableTorchDispatch():
@@ -244,4 +244,4 @@ def register_handler(op, handler) -> None:
     module importing it. Example: ``register_handler(torch.ops.ns.op.default, fn)``.
     """
     SPECIAL[op] = handler
-    _PLANS.pop(id(op), None)
+    FACTS.pop(id(op), None)

@@ -3,67 +3,33 @@ data-dependent size).
 
 Ops like ``nonzero`` or ``x[mask]`` have an output shape that depends on the data. They
 run what is pending for the value that decides the size (one host sync), read it, and go
-on with static shapes. Inside a captured step (``torchspmd.compile``) such a read cannot
-happen, so every one of them goes through :func:`host_read`, which raises
-:class:`HostReadError` naming the op while :func:`forbid_host_reads` is active.
+on with static shapes. A compiled step (``torchspmd.compile``) cannot read values while
+it runs: while one is being recorded, every read here raises
+:class:`~torchspmd.lazy.provenance.HostReadInStep` naming the op (the one host-read
+guard, ``lazy/provenance.refuse_host_read``).
 
 Example::
 
-    n = int(host_read(mask.sum(), "nonzero"))        # one host sync
-    with forbid_host_reads("torchspmd.compile"):     # what a capture does
-        host_read(mask.sum(), "nonzero")              # raises HostReadError
+    n = int(host_read(mask.sum(), "torch.nonzero"))   # one host sync
+    torchspmd.compile(lambda m: host_read(m.sum(), "torch.nonzero"))(mask)
+    # HostReadInStep: torchspmd.compile: torch.nonzero (it reads a value ...) needs ...
 """
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import Iterator
+from typing import TYPE_CHECKING
 
 import torch
 
-from torchspmd.device.tensor import SpmdTensor
 from torchspmd.lazy.node import Node
 from torchspmd.lazy.provenance import refuse_host_read
 from torchspmd.runtime import execute, transfer
 from torchspmd.runtime.read import read
 
-# Why host reads are refused now (innermost last); empty: they are allowed.
-_FORBIDDEN: list[str] = []
-
-
-class HostReadError(RuntimeError):
-    """An op needs a device value on the host where no host read may happen."""
-
-
-@contextlib.contextmanager
-def forbid_host_reads(where: str) -> Iterator[None]:
-    """Within the block, :func:`host_read` raises; ``where`` names the block in the error.
-
-    Example: ``with forbid_host_reads("torchspmd.compile capture"): step(x)``.
-    """
-    _FORBIDDEN.append(where)
-    try:
-        yield
-    finally:
-        _FORBIDDEN.pop()
-
+if TYPE_CHECKING:  # only named in hints: tensor.py reads values through this module
+    from torchspmd.device.tensor import SpmdTensor
 
 _SHAPE = "to decide its output shape"
-
-
-def check_host_read(op_name: str, purpose: str = _SHAPE) -> None:
-    """Raise :class:`HostReadError` if ``op_name`` may not read a value to the host now.
-
-    ``purpose`` says why it reads (for the error), e.g. "to check for a singular input".
-    """
-    if _FORBIDDEN:
-        advice = ("use a static-shape form (e.g. torch.nonzero_static, torch.where(mask, x, "
-                  "0) instead of x[mask])" if purpose == _SHAPE else "use a form that does "
-                  "not read it (e.g. torch.linalg.inv_ex instead of torch.linalg.inv)")
-        raise HostReadError(
-            f"torchspmd: {op_name} reads a value from the device {purpose} (a host sync), "
-            f"which cannot happen inside {_FORBIDDEN[-1]}. Move {op_name} out of the "
-            f"compiled step, or {advice}.")
 
 
 def host_read(t: SpmdTensor, op_name: str, purpose: str = _SHAPE) -> torch.Tensor:
@@ -71,9 +37,10 @@ def host_read(t: SpmdTensor, op_name: str, purpose: str = _SHAPE) -> torch.Tenso
 
     Runs all pending work with ``t`` (one host sync, as any read), so a loop calling such an
     op every iteration starts each iteration from data. ``purpose`` says why (default: to
-    size the output). Example: ``count = int(host_read(x.count_nonzero(), "nonzero"))``.
+    size the output), in the error raised inside a compiled step.
+    Example: ``count = int(host_read(x.count_nonzero(), "nonzero"))``.
     """
-    check_host_read(op_name, purpose)
+    refuse_host_read(f"{op_name} (it reads a value from the device {purpose})")
     return _read_now(t._h.value()).reshape(t.shape)
 
 

@@ -15,7 +15,8 @@ from __future__ import annotations
 import torch
 
 from torchspmd.device import resize
-from torchspmd.device.dispatch import _assign, _host_value, _record, _wrap, register_handler
+from torchspmd.device.aten_calls import host_value, record_call, wrap_outputs
+from torchspmd.device.dispatch import _assign, register_handler
 from torchspmd.device.host import to_cpu
 from torchspmd.device.tensor import SpmdTensor, check_device_index
 from torchspmd.lazy.annotation import annotation, sharded_value, unannotated
@@ -23,7 +24,7 @@ from torchspmd.lazy.handle import Handle
 from torchspmd.lazy.node import Node, TensorMeta
 from torchspmd.lazy.provenance import refuse_host_read
 from torchspmd.lazy.record import record_unary
-from torchspmd.lowering.annotations import SHARDING_CONSTRAINT
+from torchspmd.lowering.annotation_ops import SHARDING_CONSTRAINT
 
 aten = torch.ops.aten
 
@@ -35,8 +36,9 @@ def _to_copy(t, *, dtype=None, layout=None, device=None, pin_memory=None,
         out = to_cpu(t) if isinstance(t, SpmdTensor) else t
         return out.to(device=device, dtype=dtype or out.dtype)
     if dtype is None or dtype == t.dtype:
-        return _wrap(aten.clone.default, _record(aten.clone.default, (t,), {}))
-    return _wrap(aten._to_copy.default, _record(aten._to_copy.default, (t,), {"dtype": dtype}))
+        return wrap_outputs(aten.clone.default, record_call(aten.clone.default, (t,), {}))
+    node = record_call(aten._to_copy.default, (t,), {"dtype": dtype})
+    return wrap_outputs(aten._to_copy.default, node)
 
 
 def _copy_(dst, src, non_blocking=False):
@@ -47,7 +49,7 @@ def _copy_(dst, src, non_blocking=False):
     else:
         if src.dtype != dst.dtype or src.shape != dst.shape:  # else x.to(device): as it is
             src = src.to(dtype=dst.dtype).expand(dst.shape)
-        value = _host_value(src)  # a contiguous copy
+        value = host_value(src)  # a contiguous copy
     _assign(dst, value)
     return dst
 
@@ -73,17 +75,18 @@ def _native_batch_norm(input, weight, bias, running_mean, running_var, training,
     """Batch norm in training updates the running stats in place, though its schema does
     not say so: record the functional form and assign the new stats."""
     if not (training and running_mean is not None):
-        node = _record(aten.native_batch_norm.default,
-                       (input, weight, bias, running_mean, running_var, training, momentum, eps), {})
-        out, save_mean, save_invstd = _wrap(aten.native_batch_norm.default, node)
+        node = record_call(aten.native_batch_norm.default,
+                           (input, weight, bias, running_mean, running_var, training,
+                            momentum, eps), {})
+        out, save_mean, save_invstd = wrap_outputs(aten.native_batch_norm.default, node)
         if not training:  # no batch statistics: empty, as PyTorch's kernels return them
             empty = TensorMeta((0,), (1,), save_mean.dtype)
             save_mean = SpmdTensor(resize.allocate_handle(empty))
             save_invstd = SpmdTensor(resize.allocate_handle(empty))
         return out, save_mean, save_invstd
     functional = aten._native_batch_norm_legit_functional.default
-    node = _record(functional, (input, weight, bias, running_mean, running_var, training,
-                                momentum, eps), {})
+    node = record_call(functional, (input, weight, bias, running_mean, running_var, training,
+                                   momentum, eps), {})
     _assign(running_mean, (node, 3))
     _assign(running_var, (node, 4))
     return tuple(SpmdTensor(Handle.new((node, i), node.sig.outputs[i])) for i in range(3))
@@ -107,7 +110,7 @@ def _clone(t, *, memory_format=None):
     ``get_sharding(t)`` before anything runs.
     """
     kwargs = {} if memory_format is None else {"memory_format": memory_format}
-    node = _record(aten.clone.default, (t,), kwargs)
+    node = record_call(aten.clone.default, (t,), kwargs)
     value = (node, 0)
     sharding = _layout(sharded_value(t._h))
     if sharding is not None and len(sharding.device_set) > 1:

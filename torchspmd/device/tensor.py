@@ -10,6 +10,7 @@ import copy
 
 import torch
 
+from torchspmd.device.host import to_cpu
 from torchspmd.lazy.handle import Handle
 
 DEVICE = torch.device("spmd", 0)
@@ -83,8 +84,6 @@ class SpmdTensor(torch.Tensor):
         return cls._dispatch(func, args, kwargs or {})
 
     def __repr__(self, *, tensor_contents=None) -> str:
-        from torchspmd.device.host import to_cpu
-
         text = torch._tensor_str._str(to_cpu(self))
         suffix = f", device='{self.device}'"
         if self.grad_fn is not None:
@@ -94,8 +93,6 @@ class SpmdTensor(torch.Tensor):
         return text[:-1] + suffix + ")" if text.endswith(")") else text
 
     def tolist(self):
-        from torchspmd.device.host import to_cpu
-
         return to_cpu(self).tolist()
 
     def numpy(self, *, force: bool = False):
@@ -104,8 +101,6 @@ class SpmdTensor(torch.Tensor):
 
     def __reduce_ex__(self, protocol):
         # torch.save and pickle store a CPU copy, as the issue asks.
-        from torchspmd.device.host import to_cpu
-
         return to_cpu(self).detach().requires_grad_(self.requires_grad).__reduce_ex__(protocol)
 
     def __coerce_same_metadata_as_tangent__(self, expected_metadata, expected_type=None):

@@ -28,9 +28,9 @@ from torchspmd.device.tensor import SpmdTensor
 from torchspmd.lazy.handle import PENDING, Handle
 from torchspmd.lazy.node import Node, Signature, TensorMeta
 from torchspmd.lowering import RANDOM_OPS
-from torchspmd.lowering.annotations import FULL_TO_SHARD, SHARD_TO_FULL, AnnotationOp
+from torchspmd.lowering.annotation_ops import FULL_TO_SHARD, SHARD_TO_FULL, AnnotationOp
 from torchspmd.lowering.registry import lowers
-from torchspmd.runtime.program import _lower
+from torchspmd.runtime.program import lower_node
 
 __all__ = ["TracedFunction", "trace"]
 
@@ -69,7 +69,7 @@ class TracedFunction:
             return inputs[a] if kind == "input" else constants[a]
 
         for sig, operands, scalars in self.steps:
-            values.append(_lower(sig, [get(c) for c in operands], list(scalars)))
+            values.append(lower_node(sig, [get(c) for c in operands], list(scalars)))
         return [get(c) for c in self.outputs]
 
 

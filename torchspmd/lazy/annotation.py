@@ -7,13 +7,16 @@ and keep the storage's annotation. In-place ops keep their target's annotation
 
 from __future__ import annotations
 
-from torchspmd.lazy.handle import Handle
-from torchspmd.lazy.node import Node
-from torchspmd.lazy.record import leaf_signature, meta_of, record_unary
-from torchspmd.lazy.views import IDENTITY_IDS, IDENTITY_OPS
-from torchspmd.lowering.annotations import SHARDING_CONSTRAINT
+from typing import TYPE_CHECKING
 
-__all__ = ["IDENTITY_OPS", "peel", "sharded_value", "annotation", "unannotated", "plain_leaf",
+from torchspmd.lazy.node import IDENTITY_IDS, Node
+from torchspmd.lazy.record import leaf_signature, meta_of, record_unary
+from torchspmd.lowering.annotation_ops import SHARDING_CONSTRAINT
+
+if TYPE_CHECKING:  # only named in hints: handle.py builds on views.py, which uses this module
+    from torchspmd.lazy.handle import Handle
+
+__all__ = ["peel", "sharded_value", "annotation", "unannotated", "plain_leaf",
            "keep_annotation"]
 
 

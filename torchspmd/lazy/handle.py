@@ -10,11 +10,11 @@ moved, and a write to a view is scattered back into a new base value (``views.py
 from __future__ import annotations
 
 from torchspmd.lazy import provenance
-from torchspmd.lazy.node import Node, TensorMeta
+from torchspmd.lazy.node import IDENTITY_IDS, Node, TensorMeta
 from torchspmd.lazy.record import record_unary
-from torchspmd.lazy.registry import WeakRegistry
-from torchspmd.lowering.annotations import SHARDING_CONSTRAINT
-from torchspmd.lazy.views import IDENTITY_IDS, derive, write_back
+from torchspmd.lazy.weak_set import WeakRegistry
+from torchspmd.lowering.annotation_ops import SHARDING_CONSTRAINT
+from torchspmd.lazy.views import derive, write_back
 
 # Storages whose value is still a pending graph, and views whose derived value is:
 # ``sync()`` computes exactly these. The design's live-handle registry; weak, so a

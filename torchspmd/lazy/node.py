@@ -14,6 +14,15 @@ from typing import Any, NamedTuple
 
 import torch
 
+aten = torch.ops.aten
+# Op classifications that several lazy modules ask about, kept here at the bottom of
+# lazy/ so that they import it and not each other.
+# Views whose value is their input's (same shape, strides and data).
+IDENTITY_OPS = frozenset({aten.detach.default, aten.alias.default, aten.lift_fresh.default})
+# The same ops by ``id``: ``op in IDENTITY_OPS`` hashes an OpOverload through Python code,
+# and the in-place and view paths ask it for every write and view (ops are singletons).
+IDENTITY_IDS = frozenset(map(id, IDENTITY_OPS))
+
 
 class TensorMeta(NamedTuple):
     """Shape, strides and dtype of one tensor, as PyTorch's meta kernels infer them.

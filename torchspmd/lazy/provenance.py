@@ -4,7 +4,7 @@
 recorded graph into a program. For that it must know, for every data leaf the graph
 reads, which live tensor storage held it when the step began (a parameter, an optimizer
 moment, ``p.grad``...), and which storages the step wrote. The handles report every
-storage they read or write here while a :class:`Recording` is active; outside a
+storage they read or write here while a :class:`StorageTouches` is being recorded; outside a
 recording the hooks cost one list lookup.
 
 Example::
@@ -31,7 +31,7 @@ class HostReadInStep(RuntimeError):
     """A value was needed on the host while a compiled step was being recorded."""
 
 
-class Recording:
+class StorageTouches:
     """The storages one recorded step touched.
 
     ``initial`` maps each storage that existed before the step and was read or written
@@ -89,11 +89,11 @@ def refuse_host_read(what: str) -> None:
 
 @contextlib.contextmanager
 def recording():
-    """Record which storages the code inside touches (see :class:`Recording`)."""
+    """Record which storages the code inside touches (see :class:`StorageTouches`)."""
     if ACTIVE[0] is not None:
         raise RuntimeError("torchspmd.compile: a compiled step called another compiled step "
                            "while it was being recorded; call the inner function undecorated")
-    rec = Recording()
+    rec = StorageTouches()
     EPOCH[0] += 1
     ACTIVE[0] = rec
     try:

@@ -1,4 +1,4 @@
-"""Recording: one aten call becomes one IR node (shape inference from the cache)."""
+"""Recording a node: one aten call becomes one IR node (shape inference from the cache)."""
 
 from __future__ import annotations
 

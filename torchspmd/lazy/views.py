@@ -21,15 +21,11 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from torchspmd.lazy.annotation import keep_annotation
 from torchspmd.lazy.node import TENSOR, Node, TensorMeta
 from torchspmd.lazy.record import freeze, meta_of, record, record_binary, record_unary
 
 aten = torch.ops.aten
-# Views whose value is their input's (same shape, strides and data).
-IDENTITY_OPS = frozenset({aten.detach.default, aten.alias.default, aten.lift_fresh.default})
-# The same ops by ``id``: ``op in IDENTITY_OPS`` hashes an OpOverload through Python code,
-# and the in-place and view paths ask it for every write and view (ops are singletons).
-IDENTITY_IDS = frozenset(map(id, IDENTITY_OPS))
 
 
 @dataclass(frozen=True)
@@ -101,9 +97,6 @@ def write_back(storage, steps: tuple, new_value: tuple[Node, int]) -> None:
     The base keeps its sharding annotation (as PyTorch/XLA keeps a tensor's sharding
     through in-place updates of its views).
     """
-    # Deferred: annotation.py builds on handle.py, which builds on this module.
-    from torchspmd.lazy.annotation import keep_annotation
-
     if not steps:  # identity views (nn.Parameter, detach()) write as their base
         storage.set(keep_annotation(storage.value, new_value))
         return

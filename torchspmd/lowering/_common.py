@@ -2,7 +2,8 @@
 
 - :func:`cast` turns a tensor *or* a Scalar argument (Python number or 0-d traced array)
   into a JAX array of a given dtype.
-- :func:`opmath` is the dtype PyTorch computes in on CPU (float32 for bfloat16/float16).
+- ``opmath`` (from ``dtypes``) is the dtype PyTorch computes in on CPU (float32 for
+  bfloat16/float16).
 - :func:`wrap_dim` / :func:`reduction_axes` normalize ``dim`` arguments.
 - :func:`result_type` is PyTorch's type promotion (tensors, 0-d tensors, Python scalars),
   for the few ops whose compute dtype is not their result dtype (comparisons).
@@ -12,9 +13,7 @@ import jax.numpy as jnp
 import numpy as np
 import torch
 
-from torchspmd.lowering.dtypes import to_jax_dtype
-
-_HALF = (np.dtype(jnp.bfloat16), np.dtype(jnp.float16))
+from torchspmd.lowering.dtypes import opmath, to_jax_dtype  # noqa: F401  (opmath: for the families)
 
 
 def cast(value, dtype) -> jnp.ndarray:
@@ -25,23 +24,12 @@ def cast(value, dtype) -> jnp.ndarray:
     return jnp.asarray(value, dtype=dtype)
 
 
-def opmath(dtype) -> np.dtype:
-    """The dtype PyTorch CPU computes ``dtype`` ops in: float32 for half types, else ``dtype``."""
-    dtype = np.dtype(dtype)
-    return np.dtype(jnp.float32) if dtype in _HALF else dtype
-
-
 def is_floating(dtype) -> bool:
     return jnp.issubdtype(dtype, jnp.floating)
 
 
 def is_complex(dtype) -> bool:
     return jnp.issubdtype(dtype, jnp.complexfloating)
-
-
-def is_integral(dtype, include_bool: bool = False) -> bool:
-    """Integer dtypes (and ``bool`` when ``include_bool``)."""
-    return jnp.issubdtype(dtype, jnp.integer) or (include_bool and np.dtype(dtype) == np.bool_)
 
 
 def wrap_dim(dim: int, ndim: int) -> int:

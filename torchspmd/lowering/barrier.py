@@ -12,7 +12,7 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-from torchspmd.lowering.annotations import AnnotationOp
+from torchspmd.lowering.annotation_ops import AnnotationOp
 from torchspmd.lowering.registry import lowers
 
 class _AfterOp(AnnotationOp):

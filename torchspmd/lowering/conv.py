@@ -50,7 +50,28 @@ def _conv(x, w, stride, padding, dilation, transposed, output_padding, groups, d
     w = jnp.flip(w, tuple(range(2, w.ndim)))
     op = _tup(output_padding, nd)
     pads = [(d * (kk - 1) - p, d * (kk - 1) - p + o) for kk, p, d, o in zip(k, padding, dilation, op)]
+    if any(s > 1 for s in stride) and jax.default_backend() == "cpu":
+        # XLA:CPU's algebraic simplifier swaps the operands of some input-dilated
+        # convolutions into an invalid one and aborts the process (plain-JAX repro:
+        # tests/lowering/test_xla_conv_abort.py). Dilating with an interior pad first gives
+        # it a plain stride-1 convolution, which it leaves alone; same values.
+        zero = np.zeros((), x.dtype)
+        x = jax.lax.pad(x, zero, [(0, 0, 0)] * 2 + [(lo, hi, s - 1) for (lo, hi), s in zip(pads, stride)])
+        pads, stride = [(0, 0)] * nd, (1,) * nd
     return jax.lax.conv_general_dilated(x, w, (1,) * nd, pads, lhs_dilation=stride, **kw)
+
+
+def _input_grad(gy, w, input_shape, stride, padding, dilation, groups, dtype):
+    """The input gradient of a (not transposed) convolution: the transposed convolution of
+    ``gy`` by the same weight, with the output padding that gives back ``input_shape``
+    (as PyTorch defines ``conv_transpose``). ``jax.vjp`` would build the same convolution;
+    building it here lets ``_conv`` route around XLA:CPU's abort on input dilation."""
+    nd = w.ndim - 2
+    stride, padding, dilation = _tup(stride, nd), _tup(padding, nd), _tup(dilation, nd)
+    # The rows the forward's last window did not reach: (n + 2p - d(k-1) - 1) mod s.
+    output_padding = [(n + 2 * p - d * (k - 1) - 1) % s
+                      for n, p, d, k, s in zip(input_shape[2:], padding, dilation, w.shape[2:], stride)]
+    return _conv(gy, w, stride, padding, dilation, True, output_padding, groups, dtype)
 
 
 @lowers(aten.convolution.default)
@@ -94,13 +115,14 @@ def convolution_backward(meta, grad_output, input, weight, bias_sizes, stride, p
                          output_padding, groups, output_mask):
     acc = opmath(input.dtype)
     g = grad_output.astype(acc)
-    if groups == 1:
-        conv = lambda x, w: _conv(x, w, stride, padding, dilation, transposed, output_padding, groups, acc)
-        _, vjp = jax.vjp(conv, input.astype(acc), weight.astype(acc))
-        gx, gw = vjp(g)
+    conv = lambda x, w: _conv(x, w, stride, padding, dilation, transposed, output_padding, groups, acc)
+    if transposed:  # its input gradient is a strided convolution: no input dilation
+        gx = jax.vjp(lambda x: conv(x, weight), input.astype(acc))[1](g)[0]
     else:
-        conv = lambda x: _conv(x, weight, stride, padding, dilation, transposed, output_padding, groups, acc)
-        gx = jax.vjp(conv, input.astype(acc))[1](g)[0]
+        gx = _input_grad(g, weight.astype(acc), input.shape, stride, padding, dilation, groups, acc)
+    if groups == 1:
+        gw = jax.vjp(lambda w: conv(input, w), weight.astype(acc))[1](g)[0]
+    else:
         nd = weight.ndim - 2
         args = (weight.shape[2:], _tup(stride, nd), _tup(padding, nd), _tup(dilation, nd), groups, acc)
         # A transposed convolution's weight gradient is a convolution's, with input and

@@ -42,3 +42,15 @@ def to_torch_dtype(dtype) -> torch.dtype:
         return _JAX_TO_TORCH[np.dtype(dtype)]
     except KeyError:
         raise TypeError(f"torchspmd: JAX dtype {dtype} has no PyTorch equivalent") from None
+
+
+_HALF = (np.dtype(jnp.bfloat16), np.dtype(jnp.float16))
+
+
+def opmath(dtype) -> np.dtype:
+    """The dtype PyTorch CPU computes ``dtype`` ops in: float32 for half types, else ``dtype``.
+
+    Example: ``opmath(jnp.bfloat16) == np.float32``; ``opmath(jnp.int64) == np.int64``.
+    """
+    dtype = np.dtype(dtype)
+    return np.dtype(jnp.float32) if dtype in _HALF else dtype

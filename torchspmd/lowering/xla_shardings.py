@@ -45,7 +45,7 @@ from jax.sharding import NamedSharding, PartitionSpec
 from torchspmd.lowering import jax_private
 
 __all__ = ["is_divisible", "replicated", "replicated_over", "placement_for", "constraint_for",
-           "in_id_order", "is_in_id_order", "mesh_in_id_order", "holds_same_blocks"]
+           "in_id_order", "mesh_in_id_order", "holds_same_blocks"]
 
 
 def is_divisible(sharding: jax.sharding.Sharding, shape: tuple[int, ...]) -> bool:
@@ -88,15 +88,6 @@ def constraint_for(sharding: jax.sharding.Sharding, shape: tuple[int, ...]) -> j
     GSPMDSharding({replicated})
     """
     return in_id_order(placement_for(sharding, shape), len(shape))
-
-
-def is_in_id_order(sharding: jax.sharding.Sharding, ndim: int) -> bool:
-    """Whether a program over ``sharding``'s devices can take ``sharding`` as it is.
-
-    >>> is_in_id_order(NamedSharding(mesh_of_2, PartitionSpec("x")), 1)  # doctest: +SKIP
-    True
-    """
-    return in_id_order(sharding, ndim) is sharding
 
 
 @functools.lru_cache(maxsize=4096)

@@ -18,7 +18,7 @@ import jax.numpy as jnp
 import torch
 from torch import Tensor, nn
 
-from torchspmd.lowering._common import opmath
+from torchspmd.lowering.dtypes import opmath
 from torchspmd.lowering.linalg import precision
 from torchspmd.lowering.registry import lowers
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from torchspmd.lazy.node import TensorMeta
 from torchspmd.lowering.dtypes import to_jax_dtype
+from torchspmd.runtime import ownership_check  # noqa: F401  (calibrates ownership at import)
 from torchspmd.runtime.graph import Graph
 from torchspmd.runtime.ownership import unheld_leaves
 
@@ -56,8 +57,9 @@ def lazy_donations(graph: Graph, inputs: list, flying: set[int],
 def output_avals(graph: Graph) -> dict[tuple, int]:
     """How many outputs of each shape and JAX dtype the run of ``graph`` returns.
 
-    Structural (the graph key fixes it), so a program works it out once.
-    Example: ``output_avals(graph)[((4, 8), jnp.float32)] == 2``.
+    Structural (the graph key fixes it), so a program works it out once. Keys hold NumPy
+    dtypes, as ``jax.Array.dtype`` gives them (a bare ``jnp.float32`` hashes otherwise).
+    Example: ``output_avals(graph)[((4, 8), np.dtype("float32"))] == 2``.
     """
     avals: dict[tuple, int] = {}
     for root, outs in zip(graph.roots, graph.wanted):

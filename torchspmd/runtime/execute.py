@@ -18,17 +18,17 @@ from torchspmd.jax_setup import devices
 from torchspmd.lazy.handle import PENDING, PENDING_VIEWS
 from torchspmd.lazy.node import Node
 from torchspmd.lazy.provenance import is_recording, refuse_host_read
-from torchspmd.runtime import hooks, manual, memory, placement, transfer
+from torchspmd.runtime import hooks, manual_regions, memory, placement, transfer
 from torchspmd.runtime.donation import lazy_donations
 from torchspmd.runtime.failure import FailedValue, is_failed, mark_failed
 from torchspmd.runtime.cache import LRU, programs_capacity_from_env
 from torchspmd.runtime.graph import collect
 from torchspmd.runtime.in_flight import (in_flight_ids, note_in_flight, release_later,
                                          release_spent, wait_device_ops)
-from torchspmd.runtime.input_layouts import InputLayouts
 from torchspmd.runtime.metrics import COUNTERS
 from torchspmd.runtime.parts import Parts
 from torchspmd.runtime.program import Program
+from torchspmd.runtime.run_state import InputLayouts
 from torchspmd.runtime.transfer import upload_leaf
 
 # The in-flight and spent bookkeeping lives in ``in_flight`` and ``upload_leaf`` in
@@ -94,7 +94,7 @@ def take_pending() -> tuple[list, list, list[tuple[Node, int]]]:
     put them back) and their pending values, which one run must now compute."""
     storages, views = PENDING.take(), PENDING_VIEWS.take()
     values = [s.value for s in storages] + [h.pending_view_value() for h in views]
-    local = manual.local_blocks(values)
+    local = manual_regions.local_blocks(values)
     if any(local):
         # Local blocks of a manual region a live tensor still holds stay pending (their
         # region's global results are computed; the blocks are no value of their own).
@@ -254,12 +254,12 @@ def _run(graph, wanted: dict | None, successors: dict | None) -> None:
     program = _PROGRAMS.get(graph.key)
     if program is not None:
         COUNTERS["cache_hits"] += 1
-    known = program.input_layouts if program is not None else None
+    known = program.state.input_layouts if program is not None else None
     inputs = known.inputs(graph) if known is not None else None
     if inputs is not None:
         target = known.target
     else:
-        parts = program.parts if program is not None else None
+        parts = program.state.parts if program is not None else None
         if parts is None:
             parts = Parts(graph)
         placements = _placements(graph, parts)
@@ -277,12 +277,12 @@ def _run(graph, wanted: dict | None, successors: dict | None) -> None:
         inputs = _placed_inputs(graph, target)
         if program is None:
             program = _PROGRAMS[graph.key] = Program(graph)
-            program.parts = parts
-        program.input_layouts = InputLayouts.of(graph, inputs, target)
+            program.state.parts = parts
+        program.state.input_layouts = InputLayouts.of(graph, inputs, target)
     # Leaves only this run reads (state it overwrites) give their buffers to it.
     donate = lazy_donations(graph, inputs, in_flight_ids(), program.output_avals)
     if donate:
-        COUNTERS["donated_bytes"] += program.bytes_donated(inputs, donate)
+        COUNTERS["donated_bytes"] += program.state.bytes_donated(inputs, donate)
     ids = target if target is not None else tuple(range(len(devices())))
     try:
         outputs = program.run(graph, inputs, donate, ids,

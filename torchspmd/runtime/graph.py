@@ -19,16 +19,12 @@ class Graph:
     roots: list[Node]  # the nodes whose outputs are wanted
     wanted: list[tuple[int, ...]]  # per root: the output indices to return
     key: tuple
-    operands: list[list[int]]  # per node: its operands as codes (see ``operand_code``)
+    operands: list[list[int]]  # per node: its operands as codes (see ``OUTPUTS``)
 
 
-# An operand code packs (node position, output index): position * OUTPUTS + index.
+# An operand code packs (node position, output index): position * OUTPUTS + index for
+# output ``index`` of pending node ``position``, or ``~position`` (< 0) for leaf ``position``.
 OUTPUTS = 4096
-
-
-def operand_code(position: int, index: int) -> int:
-    """Operand ``index`` of pending node ``position`` (>= 0), or leaf ``~position`` (< 0)."""
-    return position * OUTPUTS + index if position >= 0 else position
 
 
 def collect(roots: list[Node], wanted: dict | None = None) -> Graph:
@@ -63,7 +59,7 @@ def collect(roots: list[Node], wanted: dict | None = None) -> Graph:
             for value in node.inputs:
                 n = value[0]
                 if n.arrays is None and n.host is None:
-                    codes.append(position[n] * OUTPUTS + value[1])  # operand_code
+                    codes.append(position[n] * OUTPUTS + value[1])  # an operand code (see OUTPUTS)
                     continue
                 leaf = leaf_position.get(value)
                 if leaf is None:

@@ -22,7 +22,7 @@ The contract:
   have exactly the references that torchspmd's own structures and this module's own
   local names give it. Fewer counts as unknown too: nothing is donated.
 - Reference counts are the interpreter's (CPython 3.14 borrows references on its
-  stack; free-threaded builds defer counts). So at import :func:`calibrate` asks every
+  stack; free-threaded builds defer counts). So at import ``ownership_check.calibrate`` asks every
   question below of objects whose holders are known, through the very same functions:
   one held by no one else, and one with a hidden holder at each step of the path. If
   any answer is wrong, the interpreter counts differently: donation is off for the
@@ -41,7 +41,6 @@ Example::
 from __future__ import annotations
 
 import sys
-import warnings
 import weakref
 from dataclasses import dataclass
 from typing import Any, Callable
@@ -49,7 +48,7 @@ from typing import Any, Callable
 from torchspmd.runtime.graph import Graph
 from torchspmd.runtime.metrics import COUNTERS
 
-__all__ = ["COUNTING", "Counting", "GradientSlot", "calibrate", "exclusive", "note_shared",
+__all__ = ["COUNTING", "Counting", "GradientSlot", "exclusive", "note_shared",
            "shares_buffers", "sole_gradient", "unheld_leaves"]
 
 # Replaced by tests to play an interpreter that counts differently.
@@ -69,7 +68,7 @@ class Counting:
     base: int = 0
 
 
-# The registry of this process's answer (set by ``calibrate`` at import).
+# The registry of this process's answer (set by ``ownership_check.calibrate`` at import).
 COUNTING = Counting()
 
 
@@ -303,30 +302,3 @@ def sole_gradient(slot: GradientSlot) -> tuple[Any, Any]:
             or rc(array) != two or shares_buffers(array)):
         return None, None
     return array, None
-
-
-def calibrate() -> Counting:
-    """Ask each question of objects whose holders are known; set :data:`COUNTING`.
-
-    Example: ``calibrate().ok`` is True on CPython 3.11 with torch 2.13.
-    """
-    from torchspmd.runtime import ownership_check  # the scenarios; they need this module
-
-    COUNTING.ok, COUNTING.reason = False, "calibrating"
-    if _getrefcount is None:
-        COUNTING.reason = "this interpreter has no sys.getrefcount"
-        return COUNTING
-    COUNTING.base = ownership_check.base()
-    COUNTING.ok = True  # the questions answer only while ok
-    wrong = ownership_check.wrong_answer()
-    if wrong is not None:
-        COUNTING.ok = False
-        COUNTING.reason = (f"reference counts on {sys.implementation.name} "
-                           f"{sys.version.split()[0]} do not show {wrong}: donation is off")
-    else:
-        COUNTING.reason = ""
-    return COUNTING
-
-
-if not calibrate().ok:  # said once, where the process starts: memory use will be higher
-    warnings.warn(f"torchspmd: {COUNTING.reason}", RuntimeWarning, stacklevel=2)

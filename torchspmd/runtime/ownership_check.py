@@ -1,5 +1,5 @@
-"""The self-test behind ``ownership.calibrate``: every ownership question, asked of objects
-whose holders are known, through the very functions the runtime calls.
+"""The self-test that calibrates ``ownership`` at import: every ownership question, asked of
+objects whose holders are known, through the very functions the runtime calls.
 
 Each scenario builds what a question sees in the runtime (real lazy nodes, storages and
 handles; a real ``.grad`` slot of a CPU tensor for the C++ side; a stand-in for the
@@ -17,6 +17,8 @@ Example::
 from __future__ import annotations
 
 import functools
+import sys
+import warnings
 import weakref
 
 import torch
@@ -180,3 +182,30 @@ def wrong_answer() -> str | None:
             if not scenario(where):
                 return said
     return None
+
+
+def calibrate() -> ownership.Counting:
+    """Ask each question of objects whose holders are known; set ``ownership.COUNTING``.
+
+    Runs once when this module is imported (``donation.py`` imports it). Example:
+    ``calibrate().ok`` is True on CPython 3.11 with torch 2.13.
+    """
+    counting = ownership.COUNTING
+    counting.ok, counting.reason = False, "calibrating"
+    if ownership._getrefcount is None:
+        counting.reason = "this interpreter has no sys.getrefcount"
+        return counting
+    counting.base = base()
+    counting.ok = True  # the questions answer only while ok
+    wrong = wrong_answer()
+    if wrong is not None:
+        counting.ok = False
+        counting.reason = (f"reference counts on {sys.implementation.name} "
+                           f"{sys.version.split()[0]} do not show {wrong}: donation is off")
+    else:
+        counting.reason = ""
+    return counting
+
+
+if not calibrate().ok:  # said once, where the process starts: memory use will be higher
+    warnings.warn(f"torchspmd: {ownership.COUNTING.reason}", RuntimeWarning, stacklevel=2)

@@ -7,7 +7,7 @@ failure does not take the others with it (see ``failure``).
 
 from __future__ import annotations
 
-from torchspmd.lowering.annotations import FULL_TO_SHARD, SHARD_TO_FULL, SHARDING_CONSTRAINT
+from torchspmd.lowering.annotation_ops import FULL_TO_SHARD, SHARD_TO_FULL, SHARDING_CONSTRAINT
 from torchspmd.runtime.graph import OUTPUTS
 
 __all__ = ["Parts"]

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import time
 import warnings
-from typing import TYPE_CHECKING
 
 import jax
 import jax.numpy as jnp
@@ -16,22 +15,19 @@ import numpy as np
 
 from torchspmd.lazy.node import TENSOR, ScalarSlot, TensorMeta
 from torchspmd.lowering import LOWERINGS, RANDOM_OPS
-from torchspmd.lowering.annotations import SHARD_TO_FULL, SHARDING_CONSTRAINT
+from torchspmd.lowering.annotation_ops import SHARD_TO_FULL, SHARDING_CONSTRAINT
 from torchspmd.lowering.dtypes import to_jax_dtype
 from torchspmd.lowering import jax_private
 from torchspmd.runtime import transfer
 from torchspmd.runtime.donation import NOT_USABLE, output_avals
 from torchspmd.runtime.graph import OUTPUTS, Graph
-from torchspmd.runtime.manual import check_region, exit_region, manual_steps, run_region
+from torchspmd.runtime.manual_regions import check_region, exit_region, manual_steps, run_region
 from torchspmd.runtime.memory import check_fits
 from torchspmd.runtime.metrics import COUNTERS
+from torchspmd.runtime.run_state import RunState
 
-if TYPE_CHECKING:
-    from torchspmd.runtime.input_layouts import InputLayouts
-    from torchspmd.runtime.parts import Parts
-
-_KINDS = (float, int, bool)
-_VECTOR_DTYPES = (np.float64, np.int64, np.bool_)
+SCALAR_KINDS = (float, int, bool)
+VECTOR_DTYPES = (np.float64, np.int64, np.bool_)
 
 
 class Program:
@@ -47,7 +43,7 @@ class Program:
         # Per vector (float, int, bool): the positions of its scalars in the graph's flat
         # list of scalars, worked out once rather than filtered on every run.
         self.vector_positions = [[i for i, k in enumerate(self.scalar_kinds) if k is kind]
-                                 for kind in _KINDS]
+                                 for kind in SCALAR_KINDS]
         self.output_avals = output_avals(graph)  # what donated buffers may become
         self.manual = manual_steps(self.steps)
         check_region(self.steps, self.manual, self.roots)
@@ -57,8 +53,8 @@ class Program:
         # keep_unused: JAX drops inputs a program does not read, and a program left with
         # none runs on its default device alone (`x.zero_()` read by itself would land on
         # device 0, and mixing it with anything else later raise MeshMismatchError).
-        self.jitted = (jax.jit(self._replay, keep_unused=True) if placed else
-                       jax.jit(self._replay, out_shardings=transfer.replicated()))
+        self.jitted = (jax.jit(self.replay, keep_unused=True) if placed else
+                       jax.jit(self.replay, out_shardings=transfer.replicated()))
         self.compiled_once = False
         # Set when JAX could not express an output layout XLA chose: outputs are then
         # replicated over the program's devices (``run``).
@@ -73,19 +69,8 @@ class Program:
         self._compiled_donations: set[tuple] = set()
         self._last_args = None  # the latest run's argument layouts, for optimized_hlo()
         # Per scalar vector: (host value, its device copy, device ids) of the latest run.
-        self._vector_copies: list = [None] * len(_KINDS)
-        # What ``execute`` learns running it: its graph's independent computations, its
-        # inputs' layouts when each last entered as it was, bytes per donation set.
-        self.parts: Parts | None = None
-        self.input_layouts: InputLayouts | None = None
-        self._donated_bytes: dict[tuple[int, ...], int] = {}
-
-    def bytes_donated(self, inputs: list, donate: tuple[int, ...]) -> int:
-        """The bytes of ``inputs`` at ``donate`` (once per set: the key fixes the shapes)."""
-        count = self._donated_bytes.get(donate)
-        if count is None:
-            count = self._donated_bytes[donate] = sum(inputs[i].nbytes for i in donate)
-        return count
+        self._vector_copies: list = [None] * len(SCALAR_KINDS)
+        self.state = RunState()  # what ``execute`` learns running it (``run_state``)
 
     def run(self, graph: Graph, leaf_arrays: list, donate: tuple[int, ...] = (),
             ids: tuple[int, ...] | None = None, pairs: tuple = ()) -> list[list]:
@@ -104,7 +89,7 @@ class Program:
         """From now on every output of this program is replicated over its devices."""
         self._out_sharding = (transfer.replicated_on(ids) if ids is not None
                               else transfer.replicated())
-        self.jitted = jax.jit(self._replay, keep_unused=True, out_shardings=self._out_sharding)
+        self.jitted = jax.jit(self.replay, keep_unused=True, out_shardings=self._out_sharding)
         self.compiled_once = False
         self._donating.clear()
         self._compiled_donations.clear()
@@ -122,7 +107,7 @@ class Program:
         """
         flat = [s for n in graph.nodes for s in n.scalars]
         vectors = [np.array([flat[i] for i in positions], dtype=dt)
-                   for positions, dt in zip(self.vector_positions, _VECTOR_DTYPES)]
+                   for positions, dt in zip(self.vector_positions, VECTOR_DTYPES)]
         vectors = self.placed_vectors(vectors, ids)
         # Layouts only: holding the arrays would keep last step's buffers alive.
         self._last_args = ([(a.aval, a.sharding) for a in leaf_arrays], vectors, donate, pairs)
@@ -186,7 +171,7 @@ class Program:
         known = self._donating.get((donate, pairs))
         if known is None:
             hoisted = [p for p in pairs if p is not None]
-            replay = donated_first(self._replay, len(leaf_arrays), donate)
+            replay = donated_first(self.replay, len(leaf_arrays), donate)
             if hoisted:
                 replay = _paired_first(replay, hoisted)
             extra = {} if self._out_sharding is None else {"out_shardings": self._out_sharding}
@@ -214,7 +199,13 @@ class Program:
             warnings.filterwarnings("ignore", message=NOT_USABLE)
             return jitted.lower(*args, *vectors).compile()
 
-    def _replay(self, leaves, floats, ints, bools):
+    def replay(self, leaves, floats, ints, bools) -> list:
+        """The graph's values from its leaves and scalar vectors, as JAX functions.
+
+        Traced by ``jax.jit`` (``self.jitted``); a compiled step (``step/plan.py``) also
+        calls it inside its own traced function. Returns one list of arrays per root.
+        Example: ``program.replay(leaf_arrays, floats, ints, bools)``.
+        """
         COUNTERS["graphs_compiled"] += 1  # runs only while JAX traces, i.e. compiles
         vectors = {float: iter(_unstack(floats)), int: iter(_unstack(ints)),
                    bool: iter(_unstack(bools))}
@@ -229,11 +220,14 @@ class Program:
                 continue  # computed by the region's shard_map, at its first exit
             if sig.op is SHARD_TO_FULL:
                 if values[i] is None:
-                    run_region(self.steps, self.manual, values, operand, _lower, step_scalars,
-                               exit_region(self.steps, self.manual, i))
+                    run_region(self.steps, self.manual, values, operand, lower_node,
+                               step_scalars, exit_region(self.steps, self.manual, i))
                 continue
-            values[i] = _lower(sig, [operand(c) for c in operands], step_scalars[i])
+            values[i] = lower_node(sig, [operand(c) for c in operands], step_scalars[i])
         return [[values[p][i] for i in outs] for p, outs in self.roots]
+
+    # The old private name, until step/plan.py (branch l23-step) calls ``replay``.
+    _replay = replay
 
 
 def unrepresentable_output(error: BaseException) -> bool:
@@ -315,8 +309,12 @@ def _paired_first(replay, pairs: list[tuple[int, int]]):
     return call
 
 
-def _lower(sig, inputs: list, scalars: list) -> list:
-    """One node through its lowering: the call rebuilt from its template, outputs checked."""
+def lower_node(sig, inputs: list, scalars: list) -> list:
+    """One node through its lowering: the call rebuilt from its template, outputs checked.
+
+    ``inputs`` are the JAX values of the node's tensor operands and ``scalars`` its graph
+    scalars, in template order. Example: ``lower_node(node.sig, [x], [])``.
+    """
     inputs, scalars = iter(inputs), iter(scalars)
     args = [_fill(a, inputs, scalars) for a in sig.template]
     kwargs = {k: _fill(v, inputs, scalars) for k, v in sig.kw_template}

@@ -23,7 +23,7 @@ from torchspmd.lazy.handle import Handle
 from torchspmd.lazy.node import TENSOR
 from torchspmd.lazy.provenance import is_recording
 from torchspmd.lazy.record import record
-from torchspmd.lowering.annotations import SHARD_ALIKE
+from torchspmd.lowering.annotation_ops import SHARD_ALIKE
 from torchspmd.sharding import state
 from torchspmd.sharding.hlo_text import REPLICATED_TEXT, spec_to_hlo_text
 from torchspmd.sharding.mesh import Mesh

@@ -14,8 +14,8 @@ from torchspmd.device.tensor import SpmdTensor
 from torchspmd.lazy.handle import Handle
 from torchspmd.lazy.node import TENSOR
 from torchspmd.lazy.record import meta_of, record
-from torchspmd.lowering.annotations import FULL_TO_SHARD, SHARD_TO_FULL
-from torchspmd.runtime.manual import note_entry
+from torchspmd.lowering.annotation_ops import FULL_TO_SHARD, SHARD_TO_FULL
+from torchspmd.runtime.manual_regions import note_entry
 from torchspmd.sharding import state
 from torchspmd.sharding.api import checked, mark, wrap_as_sharded_tensor
 from torchspmd.sharding.mesh import Mesh, get_global_mesh

@@ -23,7 +23,7 @@ from torchspmd.jax_setup import device_id
 from torchspmd.lazy.record import meta_of
 from torchspmd.runtime import transfer
 from torchspmd.runtime.execute import materialize
-from torchspmd.runtime.shards import assemble, cropped, region
+from torchspmd.runtime.array_regions import assemble, cropped, region
 from torchspmd.sharding import state
 from torchspmd.sharding.hlo_text import ShardingType, parse_hlo_text
 from torchspmd.sharding.layout import ShardInfo, pad_shard, shard_layout

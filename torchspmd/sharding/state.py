@@ -22,15 +22,14 @@ import torch
 from jax.sharding import NamedSharding
 
 from torchspmd.device.tensor import SpmdTensor
-from torchspmd.lazy.annotation import (IDENTITY_OPS, annotation, plain_leaf, sharded_value,
-                                       unannotated)
+from torchspmd.lazy.annotation import annotation, plain_leaf, sharded_value, unannotated
 from torchspmd.lazy.handle import Handle
-from torchspmd.lazy.node import Node
+from torchspmd.lazy.node import IDENTITY_OPS, Node
 from torchspmd.lazy.record import leaf_signature, meta_of, record_unary
-from torchspmd.lowering.annotations import SHARDING_CONSTRAINT
+from torchspmd.lowering.annotation_ops import SHARDING_CONSTRAINT
 from torchspmd.lowering.xla_shardings import is_divisible, placement_for
 from torchspmd.runtime import placement
-from torchspmd.runtime.manual import is_local_block
+from torchspmd.runtime.manual_regions import is_local_block
 from torchspmd.sharding.arguments import spmd_tensor
 from torchspmd.sharding.hlo_text import MANUAL_TEXT, sharding_to_hlo_text
 

@@ -3,29 +3,14 @@
 from __future__ import annotations
 
 import argparse
-import collections
-import multiprocessing
 import sys
 import time
-from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 import torch
 
-from torchspmd.testing.fuzz.report import (FAILURES, fuzz, fuzz_in_worker, load_repro, minimize,
-                                           repro_script, run_program)
-
-
-def _fuzz_in_parallel(args) -> collections.Counter:
-    """Programs split into ``--jobs`` contiguous ranges, each run by its own process."""
-    share = -(-args.programs // args.jobs)
-    end = args.start + args.programs
-    ranges = [(i, min(share, end - i)) for i in range(args.start, end, share)]
-    # "spawn": JAX's runtime threads do not survive a fork.
-    with ProcessPoolExecutor(len(ranges), mp_context=multiprocessing.get_context("spawn")) as pool:
-        parts = [pool.submit(fuzz_in_worker, n, args.seed, args.out, start, args.verbose,
-                             args.shrink) for start, n in ranges]
-        return sum((part.result() for part in parts), collections.Counter())
+from torchspmd.testing.fuzz.parallel import fuzz_in_processes
+from torchspmd.testing.fuzz.report import FAILURES, fuzz, load_repro, minimize, repro_script, run_program
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -54,8 +39,11 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.only is not None:
         args.start, args.programs = args.only, 1
-    counts = _fuzz_in_parallel(args) if args.jobs > 1 else \
-        fuzz(args.programs, args.seed, args.out, args.start, args.verbose, args.shrink)
+    if args.jobs > 1:
+        counts = fuzz_in_processes(args.programs, args.seed, args.start, args.jobs, args.out,
+                                   args.shrink)
+    else:
+        counts = fuzz(args.programs, args.seed, args.out, args.start, args.verbose, args.shrink)
     print(f"{args.programs} programs (seed {args.seed}, from {args.start}) in "
           f"{time.time() - began:.0f} s:")
     for kind, n in sorted(counts.items()):

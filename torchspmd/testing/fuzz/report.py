@@ -16,9 +16,9 @@ import sys
 from pathlib import Path
 
 from torchspmd.testing.fuzz.generator import Program, generate
-from torchspmd.testing.fuzz.runner import INTERNAL, INVALID, WRONG, Outcome, run_source
+from torchspmd.testing.fuzz.runner import ABORT, INTERNAL, INVALID, WRONG, Outcome, run_source
 
-FAILURES = (WRONG, INTERNAL, INVALID)
+FAILURES = (WRONG, INTERNAL, INVALID, ABORT)
 
 
 def run_program(program: Program) -> Outcome:
@@ -84,13 +84,23 @@ def load_repro(path: str | Path) -> Program:
     return Program(seed, index, source + "\n", mixes)
 
 
+def child_environment() -> dict[str, str]:
+    """The environment of a child process that must import this torchspmd (a worktree's),
+    not whichever one is installed."""
+    root = str(Path(__file__).resolve().parents[3])
+    return dict(os.environ, PYTHONPATH=os.pathsep.join(
+        p for p in (root, os.environ.get("PYTHONPATH")) if p))
+
+
+# For the parallel runner's own test: abort the process at this program index, as an XLA
+# CHECK failure does.
+ABORT_AT = "TORCHSPMD_FUZZ_TEST_ABORT_AT"
+
+
 def _reproduces(path: Path) -> bool:
     """Whether the repro script fails on its own, in a fresh process."""
-    # The script must import this torchspmd (a worktree's), not whichever one is installed.
-    root = str(Path(__file__).resolve().parents[3])
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(
-        p for p in (root, os.environ.get("PYTHONPATH")) if p))
-    done = subprocess.run([sys.executable, str(path)], capture_output=True, timeout=600, env=env)
+    done = subprocess.run([sys.executable, str(path)], capture_output=True, timeout=600,
+                          env=child_environment())
     return done.returncode != 0
 
 
@@ -104,6 +114,8 @@ def fuzz(programs: int, seed: int, out_dir: str | Path | None = None, start: int
     """
     counts: collections.Counter = collections.Counter()
     for index in range(start, start + programs):
+        if os.environ.get(ABORT_AT) == str(index):
+            os.abort()
         program = generate(seed, index)
         outcome = run_program(program)
         counts[outcome.kind] += 1
@@ -111,7 +123,8 @@ def fuzz(programs: int, seed: int, out_dir: str | Path | None = None, start: int
             counts[f"{outcome.kind}: {outcome.subkind}"] += 1
         if verbose or outcome.kind in FAILURES:
             first = outcome.detail.strip().splitlines()[0] if outcome.detail else ""
-            print(f"[{index}] {outcome.kind}: {first[:300]}", flush=True)
+            sub = f" ({outcome.subkind})" if outcome.subkind else ""
+            print(f"[{index}] {outcome.kind}{sub}: {first[:300]}", flush=True)
         if (index - start + 1) % 50 == 0:  # progress, so that a stopped run still tells
             print(f"after {index - start + 1} programs: {dict(sorted(counts.items()))}", flush=True)
         if outcome.kind in FAILURES and out_dir is not None:
@@ -124,11 +137,3 @@ def fuzz(programs: int, seed: int, out_dir: str | Path | None = None, start: int
             counts["reproduces standalone" if alone else "needs earlier programs"] += 1
             print(f"    repro: {path} ({'fails' if alone else 'passes'} on its own)", flush=True)
     return counts
-
-
-def fuzz_in_worker(*args) -> collections.Counter:
-    """:func:`fuzz` in a worker process of ``--jobs`` (one torch thread, as in the parent)."""
-    import torch
-
-    torch.set_num_threads(1)
-    return fuzz(*args)

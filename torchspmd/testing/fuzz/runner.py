@@ -25,6 +25,7 @@ from torchspmd.testing.fuzz.calls import (CpuCalls, SpmdCalls, WrongOutcome, Wro
                                           data, raised_in_jax)
 
 OK, WRONG, INTERNAL, USER, INVALID = "ok", "wrong value", "internal error", "user error", "invalid program"
+ABORT = "process abort"  # the process died (an XLA CHECK failure): see fuzz/parallel.py
 
 # Errors a correct torchspmd may raise for a valid program (each with its sub-kind).
 _EXPECTED_MESSAGES = {

@@ -19,8 +19,8 @@ import jax
 from jax.sharding import PartitionSpec
 
 from torchspmd.lazy.node import Node
-from torchspmd.lazy.registry import WeakRegistry
-from torchspmd.lowering.annotations import FULL_TO_SHARD, SHARD_TO_FULL
+from torchspmd.lazy.weak_set import WeakRegistry
+from torchspmd.lowering.annotation_ops import FULL_TO_SHARD, SHARD_TO_FULL
 from torchspmd.lowering.xla_shardings import mesh_in_id_order
 from torchspmd.runtime.graph import OUTPUTS
 

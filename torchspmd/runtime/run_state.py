@@ -1,27 +1,31 @@
-"""The layouts a program's inputs had the last time every one entered it as it was.
+"""What ``execute`` learns running a program, kept on it (``Program.state``).
 
-A training loop feeds a program the outputs of its previous run, whose shardings are the
-same objects step after step: one identity test per input then stands for working out
-placements and placing each input (``execute``). Kept on the :class:`Program`
-(``program.input_layouts``).
+- its graph's independent computations (``Parts``), worked out once;
+- the layouts its inputs had the last time every one entered it as it was: a training
+  loop feeds a program the outputs of its previous run, whose shardings are the same
+  objects step after step, so one identity test per input then stands for working out
+  placements and placing each input;
+- the bytes each set of donated inputs gives (the graph key fixes the shapes).
 
 Example::
 
-    program.input_layouts = InputLayouts.of(graph, inputs, target)   # after placing
-    inputs = program.input_layouts.inputs(graph)   # next time: the arrays, or None
+    state = program.state
+    state.input_layouts = InputLayouts.of(graph, inputs, target)   # after placing
+    inputs = state.input_layouts.inputs(graph)   # next time: the arrays, or None
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import jax
 
 from torchspmd.runtime.failure import FailedValue
 from torchspmd.runtime.graph import Graph
+from torchspmd.runtime.parts import Parts
 from torchspmd.runtime.transfer import upload_leaf
 
-__all__ = ["InputLayouts"]
+__all__ = ["RunState", "InputLayouts"]
 
 
 @dataclass(frozen=True)
@@ -67,3 +71,23 @@ class InputLayouts:
                 return None  # the usual path raises what it must
             inputs.append(array)
         return inputs
+
+
+@dataclass
+class RunState:
+    """One program's run-time memo (see the module docstring); starts empty.
+
+    >>> RunState().bytes_donated([np.ones(4)], (0,))  # doctest: +SKIP
+    32
+    """
+
+    parts: Parts | None = None
+    input_layouts: InputLayouts | None = None
+    donated_bytes: dict[tuple[int, ...], int] = field(default_factory=dict)
+
+    def bytes_donated(self, inputs: list, donate: tuple[int, ...]) -> int:
+        """The bytes of ``inputs`` at positions ``donate``, worked out once per set."""
+        count = self.donated_bytes.get(donate)
+        if count is None:
+            count = self.donated_bytes[donate] = sum(inputs[i].nbytes for i in donate)
+        return count

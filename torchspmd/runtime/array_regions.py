@@ -1,4 +1,4 @@
-"""Shards: which box of a global array each process's devices hold, write and load.
+"""Array regions: which box of a global array each process's devices hold, write and load.
 
 A checkpoint writes each distinct region of an array once, and loading builds an array
 from host data, each process supplying only its own devices' regions.

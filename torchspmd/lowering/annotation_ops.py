@@ -65,7 +65,7 @@ class ReshapingAnnotationOp(AnnotationOp):
 # Manual-sharding region boundaries (``enable_manual_sharding`` / ``disable_manual_sharding``):
 # full_to_shard(x, sharding, local_shape) gives each device its block of x;
 # shard_to_full(x, sharding, full_shape) reassembles the blocks. The program lowers the
-# ops between them as one ``jax.shard_map`` body (``runtime/manual.py``), so they have no
+# ops between them as one ``jax.shard_map`` body (``runtime/manual_regions.py``), so they have no
 # entry in the lowering table.
 FULL_TO_SHARD = ReshapingAnnotationOp("full_to_shard")
 SHARD_TO_FULL = ReshapingAnnotationOp("shard_to_full")

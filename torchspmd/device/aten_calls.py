@@ -1,4 +1,4 @@
-"""How one aten call on spmd tensors becomes an IR node: its plan, template and outputs.
+"""How one aten call on spmd tensors becomes an IR node: its facts, template and outputs.
 
 ``dispatch`` (the entry) and the mutation path both record through here: a call is
 flattened into a template (tensors and Python numbers that are graph inputs replaced by
@@ -7,8 +7,8 @@ input's storage). Ops without a lowering use a PyTorch decomposition.
 
 Example::
 
-    node = _record(aten.add.Tensor, (x, y), {})   # x, y spmd tensors
-    out = _wrap(aten.add.Tensor, node)             # a new spmd tensor
+    node = record_call(aten.add.Tensor, (x, y), {})   # x, y spmd tensors
+    out = wrap_outputs(aten.add.Tensor, node)         # a new spmd tensor
 """
 
 from __future__ import annotations
@@ -22,11 +22,11 @@ from torchspmd.device.linalg_composites import LINALG_COMPOSITES
 from torchspmd.device.tensor import SpmdTensor
 from torchspmd.lazy import provenance
 from torchspmd.lazy.handle import Handle
-from torchspmd.lazy.node import TENSOR, Node, ScalarSlot, TensorMeta
+from torchspmd.lazy.node import IDENTITY_OPS, TENSOR, Node, ScalarSlot, TensorMeta
 from torchspmd.lazy.record import freeze, leaf_signature, meta_of, record
 from torchspmd.lazy.schema import SCALAR, SCALARS, STATIC, TENSORS, op_schema
 from torchspmd.lazy.schema import TENSOR as KIND_TENSOR
-from torchspmd.lazy.views import IDENTITY_OPS, view_step
+from torchspmd.lazy.views import view_step
 from torchspmd.lowering import LOWERINGS, RANDOM_OPS
 from torchspmd.runtime import rng, transfer
 from torchspmd.runtime.metrics import COUNTERS
@@ -46,11 +46,11 @@ _SLOTS = {float: ScalarSlot(float), int: ScalarSlot(int), bool: ScalarSlot(bool)
 _DROPPED_KWARGS = ("device", "pin_memory", "layout")  # placement is ours to decide
 
 
-class _Plan:
+class OpFacts:
     """What dispatch needs to know about one op, worked out on its first call.
 
     One dict lookup per call instead of several: hashing an OpOverload runs Python code,
-    so plans are found by the op's ``id`` (ops are singletons; ``func`` guards reuse).
+    so facts are found by the op's ``id`` (ops are singletons; ``func`` guards reuse).
     """
 
     __slots__ = ("func", "special", "data_dependent", "schema", "lowered", "random", "kinds",
@@ -72,38 +72,38 @@ class _Plan:
         self.mutating = self.schema.is_mutating
         self.view = self.schema.is_view
         # A one-output view op whose other arguments are all static (view, t, transpose,
-        # select, slice...): a step's most common op, recorded by ``_record_view``.
+        # select, slice...): a step's most common op, recorded by ``record_view``.
         self.plain_view = (self.view and self.lowered and not self.random and self.form == "single"
                            and bool(self.kinds) and self.kinds[0] == KIND_TENSOR
                            and all(k == STATIC for k in self.kinds[1:]))
 
 
-_PLANS: dict[int, _Plan] = {}
+FACTS: dict[int, OpFacts] = {}
 
 
-def _plan(func) -> _Plan:
-    plan = _PLANS.get(id(func))
-    if plan is None or plan.func is not func:
-        plan = _PLANS[id(func)] = _Plan(func)
-    return plan
+def op_facts(func) -> OpFacts:
+    facts = FACTS.get(id(func))
+    if facts is None or facts.func is not func:
+        facts = FACTS[id(func)] = OpFacts(func)
+    return facts
 
 
-def _record(func, args, kwargs, plan: _Plan | None = None) -> Node:
-    plan = plan or _plan(func)
-    return _record_flat(func, plan, _flatten(plan, args, kwargs))
+def record_call(func, args, kwargs, facts: OpFacts | None = None) -> Node:
+    facts = facts or op_facts(func)
+    return record_flat(func, facts, flatten(facts, args, kwargs))
 
 
-def _record_flat(func, plan: _Plan, flat) -> Node:
+def record_flat(func, facts: OpFacts, flat) -> Node:
     """Record ``func`` from its flattened call (random ops get their seed here)."""
     template, kw_template, inputs, metas, scalars = flat
-    if plan.random:
+    if facts.random:
         scalars.append(rng.next_seed())
     COUNTERS["ops_traced"] += 1
     return record(func, template, kw_template, tuple(inputs), tuple(metas), tuple(scalars))
 
 
-def _record_view(func, plan: _Plan, args) -> Node:
-    """``_record_flat(func, plan, _flatten(plan, args, {}))`` for a ``plan.plain_view`` op
+def record_view(func, facts: OpFacts, args) -> Node:
+    """``record_flat(func, facts, flatten(facts, args, {}))`` for a ``facts.plain_view`` op
     whose input is an spmd tensor, without the general flattening: the same template and
     node (a tensor given for a static argument takes the general path)."""
     if len(args) == 1:
@@ -112,7 +112,7 @@ def _record_view(func, plan: _Plan, args) -> Node:
         rest = args[1:]
         for a in rest:
             if isinstance(a, torch.Tensor):
-                return _record_flat(func, plan, _flatten(plan, args, {}))
+                return record_flat(func, facts, flatten(facts, args, {}))
         template = (TENSOR, *[freeze(a) for a in rest])
     handle = args[0]._h
     COUNTERS["ops_traced"] += 1
@@ -122,10 +122,10 @@ def _record_view(func, plan: _Plan, args) -> Node:
 _SELF = (TENSOR,)
 
 
-def _flatten(plan: _Plan, args, kwargs):
+def flatten(facts: OpFacts, args, kwargs):
     """Split a call into its template, tensor values, their metas and scalar inputs."""
     inputs, metas, scalars = [], [], []
-    kinds = plan.kinds
+    kinds = facts.kinds
     template = []
     plain = _RECORDING[0] is None  # then a base's value is its storage's (Handle.value)
     for i, a in enumerate(args):
@@ -139,7 +139,7 @@ def _flatten(plan: _Plan, args, kwargs):
                                   scalars))
     kw_template = ()
     if kwargs:
-        keyword = plan.keyword
+        keyword = facts.keyword
         kw_template = tuple((k, _slot(v, keyword.get(k, STATIC), inputs, metas, scalars))
                             for k, v in kwargs.items() if k not in _DROPPED_KWARGS)
     return tuple(template), kw_template, inputs, metas, scalars
@@ -182,17 +182,17 @@ def _slot(arg, kind, inputs, metas, scalars):
         if arg.dim() != 0:
             raise RuntimeError("Expected all tensors to be on the same device, but found at "
                                f"least two devices, spmd:0 and {arg.device}!")
-        value = _host_value(arg)
+        value = host_value(arg)
         inputs.append(value)
         metas.append(meta_of(value))
         return TENSOR
     return arg
 
 
-def _wrap(func, node: Node):
+def wrap_outputs(func, node: Node):
     outs = [None if m is None else SpmdTensor(Handle.new((node, i), m))
             for i, m in enumerate(node.sig.outputs)]
-    return _shape_result(func, outs)
+    return shape_result(func, outs)
 
 
 def _return_form(func) -> str:
@@ -202,8 +202,8 @@ def _return_form(func) -> str:
     return "none" if not returns else "tuple"
 
 
-def _shape_result(func, outs: list):
-    form = _plan(func).form
+def shape_result(func, outs: list):
+    form = op_facts(func).form
     if form == "single":
         return outs[0]
     if form == "list":
@@ -216,13 +216,13 @@ def _shape_result(func, outs: list):
 _VIEW_STEPS: dict[int, object] = {}
 
 
-def _views(func, args, node: Node, plan: _Plan | None = None):
+def wrap_views(func, args, node: Node, facts: OpFacts | None = None):
     """Outputs of view op ``func`` share storage with its input (``x.view(...)``, ``x[0]``)."""
     base = args[0]._h
     static = args[1:]
     sig = node.sig
     outputs = sig.outputs
-    if len(outputs) == 1 and (plan or _plan(func)).form == "single":  # view, t, transpose...
+    if len(outputs) == 1 and (facts or op_facts(func)).form == "single":  # view, t, transpose...
         step = _VIEW_STEPS.get(sig.id)
         if step is None:
             step = view_step(func, static)
@@ -231,10 +231,10 @@ def _views(func, args, node: Node, plan: _Plan | None = None):
         return SpmdTensor(base.viewed(step, (node, 0), outputs[0]))
     outs = [base.viewed(view_step(func, tuple(static), i), (node, i), m)
             for i, m in enumerate(outputs)]
-    return _shape_result(func, [SpmdTensor(h) for h in outs])
+    return shape_result(func, [SpmdTensor(h) for h in outs])
 
 
-def _identity_view(func, args):
+def identity_view(func, args):
     """``x.detach()`` of a base or of an identity view: a handle on the same storage that
     shows its value (no node: the graph would compute and return the same data twice)."""
     base = args[0]._h
@@ -242,7 +242,7 @@ def _identity_view(func, args):
     return SpmdTensor(base.viewed(view_step(func, tuple(args[1:])), None, base.meta))
 
 
-def _host_value(t: torch.Tensor) -> tuple[Node, int]:
+def host_value(t: torch.Tensor) -> tuple[Node, int]:
     """A leaf holding CPU tensor ``t`` (uploaded when first used)."""
     node = Node.from_host(transfer.to_numpy(t))
     node.sig = leaf_signature(TensorMeta(tuple(t.shape), resize.contiguous_strides(t.shape), t.dtype))
@@ -255,16 +255,16 @@ def _host_value(t: torch.Tensor) -> tuple[Node, int]:
 _DECOMPOSITIONS = {**decomposition_table, **core_aten_decompositions()}
 
 
-def _decompose(func, args, kwargs):
+def decompose(func, args, kwargs):
     decomposition = _DECOMPOSITIONS.get(func)
     if decomposition is not None:
         return decomposition(*args, **kwargs)
     if torch._C._dispatch_has_kernel_for_dispatch_key(func.name(), "CompositeImplicitAutograd"):
         return func.decompose(*args, **kwargs)
-    raise _unsupported(func)
+    raise unsupported(func)
 
 
-def _unsupported(func) -> NotImplementedError:
+def unsupported(func) -> NotImplementedError:
     return NotImplementedError(
         f"torchspmd: aten::{func._schema.name.split('::')[-1]}"
         f"{'.' + func._overloadname if func._overloadname != 'default' else ''} is not "
