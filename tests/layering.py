@@ -142,19 +142,14 @@ def upward_imports(tree: Tree, layers: list[frozenset[str]]) -> list[Import]:
     return [i for i in tree.imports if depth[i.target] < depth[i.importer]]
 
 
-def circles(tree: Tree, layers: list[frozenset[str]],
-            exempt: frozenset[frozenset[str]] = frozenset()) -> list[list[str]]:
-    """One import circle per layer that has any (``graphlib`` names one per graph).
-
-    ``exempt`` holds pairs of modules whose imports of each other are not counted.
-    """
+def circles(tree: Tree, layers: list[frozenset[str]]) -> list[list[str]]:
+    """One import circle per layer that has any (``graphlib`` names one per graph)."""
     depth = depth_of(tree, layers)
     found = []
     for layer in range(len(layers)):
         graph: dict[str, set[str]] = {}
         for i in tree.imports:
-            if (depth[i.importer] == depth[i.target] == layer and i.importer != i.target
-                    and frozenset((i.importer, i.target)) not in exempt):
+            if depth[i.importer] == depth[i.target] == layer and i.importer != i.target:
                 graph.setdefault(i.importer, set()).add(i.target)
         try:
             graphlib.TopologicalSorter(graph).prepare()

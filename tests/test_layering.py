@@ -10,10 +10,6 @@ from tests.layering import Module, Tree, circles, private_reaches, read_layers, 
 ROOT = Path(__file__).resolve().parents[1]
 LAYERS = read_layers((ROOT / "docs" / "concepts" / "layers.md").read_text())
 
-# sharding/hlo_text.py <-> sharding/partition_spec.py is cut by the l23-specs branch
-# (partition_spec.sharding_type moves into hlo_text); drop this exemption when it merges.
-KNOWN_CIRCLES = frozenset({frozenset({"torchspmd.sharding.hlo_text",
-                                      "torchspmd.sharding.partition_spec"})})
 
 
 @pytest.fixture(scope="module")
@@ -26,7 +22,7 @@ def test_no_import_in_torchspmd_points_up_the_layer_table(torchspmd_tree):
 
 
 def test_no_import_circle_among_the_modules_of_one_layer(torchspmd_tree):
-    assert circles(torchspmd_tree, LAYERS, exempt=KNOWN_CIRCLES) == []
+    assert circles(torchspmd_tree, LAYERS) == []
 
 
 def test_no_underscored_name_is_imported_across_packages(torchspmd_tree):

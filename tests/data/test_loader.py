@@ -75,7 +75,7 @@ def test_partially_replicated_spec_sends_one_copy_per_replica():
 
 def test_upload_happens_before_the_step_runs():
     x = send_cpu_data_to_device(torch.randn(16, 4), "spmd", batch_spec())
-    assert x._h.value()[0].arrays is not None  # device data already, not host data
+    assert x.handle.value()[0].arrays is not None  # device data already, not host data
 
 
 def test_no_spec_means_replicated():

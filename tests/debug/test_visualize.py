@@ -15,6 +15,7 @@ import torchspmd.jax_setup  # noqa: F401
 
 from torchspmd.debug.visualize import sharding_grid, visualize_sharding
 from torchspmd.sharding.hlo_text import spec_to_hlo_text
+from torchspmd.sharding.partition_spec import resolve
 from torchspmd.sharding.mesh import Mesh
 
 
@@ -48,7 +49,7 @@ def expected_table(rows: list[list[str]]) -> rich.table.Table:
 
 
 def spec_string(shape, spec):
-    return spec_to_hlo_text(Mesh(np.arange(8), shape), spec, len(spec))
+    return spec_to_hlo_text(resolve(Mesh(np.arange(8), shape), spec, len(spec)))
 
 
 def test_tiled_2d_draws_one_cell_per_device(capsys):

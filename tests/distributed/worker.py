@@ -62,7 +62,7 @@ def uploads(mesh: Mesh) -> dict:
         x = torch.ones(64, 8).to(torchspmd.device())
         if spec is not None:
             mark_sharding(x, mesh, spec)
-        torchspmd.runtime.execute.materialize([x._h.value()])
+        torchspmd.runtime.execute.materialize([x.handle.value()])
         sent[name] = torchspmd.metrics()["bytes_to_device"] - before
     return sent
 

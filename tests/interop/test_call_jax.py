@@ -80,7 +80,7 @@ def test_sharding_constraint_inside_the_function_reaches_the_output():
     x = torch.randn(8, 8)
     out = call_jax(lambda a: jax.lax.with_sharding_constraint(a * 3, sharding), spmd(x))
     torchspmd.sync()
-    array = out._h.value()[0].arrays[0]
+    array = out.handle.value()[0].arrays[0]
     assert array.sharding.is_equivalent_to(sharding, 2)
     torch.testing.assert_close(out.cpu(), x * 3)
 

@@ -171,7 +171,7 @@ def test_each_layers_gradient_is_a_row_taken_at_an_index_that_is_program_data():
     scan_layers(spmd, x.to("spmd")).sum().backward()
     loop(cpu, x).sum().backward()
     for i, layer in enumerate(spmd):
-        node, _ = layer.up.weight.grad._h.value()
+        node, _ = layer.up.weight.grad.handle.value()
         while node.sig.op is torch.ops.aten.detach.default:  # autograd's accumulation
             node, _ = node.inputs[0]
         assert node.sig.op is ROW

@@ -39,7 +39,7 @@ def test_annotated_layout_is_held_after_sync():
     annotate_custom_sharding(w, fsdp_tp_mesh(), (None, "tp"))
     torchspmd.sync()
     assert get_sharding(w) == FSDP_GATHERED
-    assert w._h.value()[0].arrays[0].addressable_shards[0].data.shape == (16, 8)
+    assert w.handle.value()[0].arrays[0].addressable_shards[0].data.shape == (16, 8)
     torch.testing.assert_close(w.cpu(), cpu)
 
 
@@ -60,7 +60,7 @@ def test_annotation_moves_no_data_until_sync():
     runs = torchspmd.metrics()["executions"]
     annotate_custom_sharding(x, mesh_2x4(), (None, 1))
     assert torchspmd.metrics()["executions"] == runs
-    assert not x._h.value()[0].is_leaf
+    assert not x.handle.value()[0].is_leaf
 
 
 def test_annotation_may_be_repeated_with_another_spec():

@@ -139,7 +139,7 @@ def test_each_device_reports_the_tile_the_partial_string_gives_it():
     x = cpu.to(DEV)
     xst = mark_sharding(x, UNORDERED, ("b",))
     (x + 0).cpu()  # uploads x
-    node, i = x._h.value()
+    node, i = x.handle.value()
     array = node.arrays[i]
     for shard in xst.local_shards:
         assert torch.equal(shard.data, cpu[tuple(shard.indices)])

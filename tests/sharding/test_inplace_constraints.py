@@ -22,7 +22,7 @@ def _mesh() -> Mesh:
 
 def _constraints(*tensors) -> int:
     """Sharding constraints in the pending graph of ``tensors``."""
-    roots = [t._h.value()[0] for t in tensors if not t._h.value()[0].is_leaf]
+    roots = [t.handle.value()[0] for t in tensors if not t.handle.value()[0].is_leaf]
     return sum(n.sig.op is SHARDING_CONSTRAINT for n in collect(roots).nodes)
 
 

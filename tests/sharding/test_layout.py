@@ -8,7 +8,7 @@ import torchspmd.jax_setup  # noqa: F401
 from torchspmd.sharding.hlo_text import parse_hlo_text, spec_to_hlo_text
 from torchspmd.sharding.layout import ShardInfo, pad_shard, shard_indices, shard_layout
 from torchspmd.sharding.mesh import Mesh
-from torchspmd.sharding.partition_spec import named_sharding
+from torchspmd.sharding.partition_spec import named_sharding, resolve
 
 TILED_9 = "{devices=[8]0,1,2,3,4,5,6,7}"
 PARTIAL_4x2 = "{devices=[1,2,4]0,2,4,6,1,3,5,7 last_tile_dim_replicate}"
@@ -32,12 +32,12 @@ def test_uneven_1d_trailing_devices_hold_empty_slices(device):
 
 
 def test_uneven_2d_shards_are_all_2x2():
-    text = spec_to_hlo_text(Mesh(np.arange(8), (2, 4)), (0, 1), 2)
+    text = spec_to_hlo_text(resolve(Mesh(np.arange(8), (2, 4)), (0, 1), 2))
     assert {s.padded_shape for s in shard_layout(text, (3, 5))} == {(2, 2)}
 
 
 def test_uneven_2d_device_3_holds_an_empty_column_range():
-    text = spec_to_hlo_text(Mesh(np.arange(8), (2, 4)), (0, 1), 2)
+    text = spec_to_hlo_text(resolve(Mesh(np.arange(8), (2, 4)), (0, 1), 2))
     assert by_device(shard_layout(text, (3, 5)))[3].indices == [slice(0, 2, 1), slice(5, 5, 1)]
 
 
@@ -50,7 +50,7 @@ def test_tiled_shards_have_replica_id_zero():
 
 
 def test_partially_replicated_replica_id_is_device_over_two():
-    text = spec_to_hlo_text(Mesh(np.arange(8), (4, 2)), (None, 1), 2)
+    text = spec_to_hlo_text(resolve(Mesh(np.arange(8), (4, 2)), (None, 1), 2))
     assert text == PARTIAL_4x2
     assert [s.replica_id for s in shard_layout(text, (16, 16))] == [i // 2 for i in range(8)]
 
@@ -68,7 +68,7 @@ def test_default_order_is_increasing_device_id():
 
 def test_device_order_follows_the_given_mesh_order():
     mesh = Mesh([3, 1, 2, 0], (4,))
-    layout = shard_layout(spec_to_hlo_text(mesh, (0,), 1), (8,), device_order=mesh.device_ids)
+    layout = shard_layout(spec_to_hlo_text(resolve(mesh, (0,), 1)), (8,), device_order=mesh.device_ids)
     assert [(s.device_id, s.indices[0].start) for s in layout] == [(3, 0), (1, 2), (2, 4), (0, 6)]
 
 
@@ -127,7 +127,7 @@ def test_indices_agree_with_jax_on_even_shapes(shape, spec):
     jax_map = named_sharding(mesh, spec).devices_indices_map((16, 8))
     # JAX writes an unsplit dim as slice(None) and no steps; spell both out to compare.
     expected = {d.id: [slice(*s.indices(n)) for s, n in zip(idx, (16, 8))] for d, idx in jax_map.items()}
-    for shard in shard_layout(spec_to_hlo_text(mesh, spec, 2), (16, 8)):
+    for shard in shard_layout(spec_to_hlo_text(resolve(mesh, spec, 2)), (16, 8)):
         assert shard.indices == expected[shard.device_id]
 
 

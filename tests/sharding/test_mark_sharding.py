@@ -23,12 +23,12 @@ def device_data(cpu: torch.Tensor) -> torch.Tensor:
     """``cpu`` on the spmd device as uploaded (replicated) device data."""
     x = cpu.to("spmd")
     (x + 0).cpu()  # running a graph that reads x uploads its leaf
-    assert x._h.value()[0].arrays is not None
+    assert x.handle.value()[0].arrays is not None
     return x
 
 
 def is_pending(t: torch.Tensor) -> bool:
-    return not t._h.value()[0].is_leaf
+    return not t.handle.value()[0].is_leaf
 
 
 # spec §2 worked examples: (mesh shape, axis names, device ids, tensor shape, spec, text)
@@ -149,7 +149,7 @@ def test_device_data_is_resharded():
     cpu = torch.randn(8, 8)
     x = device_data(cpu)
     mark_sharding(x, mesh_2x4(), (0, 1))
-    node = x._h.value()[0]
+    node = x.handle.value()[0]
     assert node.is_leaf and len(node.arrays[0].addressable_shards[0].data.shape) == 2
     assert node.arrays[0].addressable_shards[0].data.shape == (4, 2)
     torch.testing.assert_close(x.cpu(), cpu)
@@ -165,9 +165,9 @@ def test_different_spec_on_annotated_device_data_raises():
 def test_same_spec_again_is_a_noop():
     x = device_data(torch.randn(8, 8))
     mark_sharding(x, mesh_2x4(), (0, 1))
-    leaf = x._h.value()[0]
+    leaf = x.handle.value()[0]
     mark_sharding(x, mesh_2x4(), (0, 1))
-    assert x._h.value()[0] is leaf
+    assert x.handle.value()[0] is leaf
 
 
 def test_replicated_device_data_may_become_tiled():

@@ -13,10 +13,10 @@ from torchspmd.lazy import handle
 
 def devices_of(t: torch.Tensor) -> set[int]:
     """The ids of the devices that hold ``t``'s data (runs pending work first)."""
-    node, i = t._h.value()
+    node, i = t.handle.value()
     if not node.is_leaf or node.arrays is None:
         (t + 0).cpu()  # materializes t (and uploads a host leaf) without changing it
-        node, i = t._h.value()
+        node, i = t.handle.value()
     return {d.id for d in node.arrays[i].sharding.device_set}
 
 

@@ -32,7 +32,7 @@ from torchspmd.runtime import transfer
 from torchspmd.runtime.execute import materialize
 from torchspmd.sharding import device_data, state
 from torchspmd.sharding.api import ShardingSpec, mark_sharding
-from torchspmd.sharding.partition_spec import named_sharding
+from torchspmd.sharding.partition_spec import resolve
 
 __all__ = ["InputSharding", "ShardedLoader", "send_cpu_data_to_device"]
 
@@ -72,7 +72,7 @@ def _upload_now(t: torch.Tensor) -> None:
 
 def _from_process_local(t: torch.Tensor, spec: ShardingSpec) -> torch.Tensor:
     """The global batch whose slice in this process is ``t`` (every process its own)."""
-    sharding = named_sharding(spec.mesh, spec.partition_spec)
+    sharding = resolve(spec.mesh, spec.partition_spec, t.dim()).named_sharding
     try:
         array = transfer.upload_process_local(transfer.to_numpy(t), sharding, None)
     except ValueError as error:  # JAX: the slice does not tile the devices evenly

@@ -90,11 +90,11 @@ def tensor_debug_info(t: torch.Tensor) -> str:
         True
     """
     inner = state.as_spmd_tensor(t, "tensor_debug_info")
-    value = inner._h.value()
+    value = inner.handle.value()
     node, _ = value
     shape = xla_shape(inner.dtype, inner.shape)
     spec = state.current_text(inner)
     host = "None" if node.host is None else f"with size {list(node.host.shape)}"
-    return (f"XLATensor {{\nTensorID: {id(inner._h.storage)}\nDevice: SPMD:0\n"
+    return (f"XLATensor {{\nTensorID: {id(inner.handle.storage)}\nDevice: SPMD:0\n"
             f"XLA Shape: {shape}\nShardingSpec: {spec or 'None'}\nIR: {_ir(value)}\n"
             f"{_data(value, shape, spec)}Tensor on host: {host}\n}}\n")

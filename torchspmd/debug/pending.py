@@ -41,7 +41,7 @@ _ANNOTATIONS = (SHARDING_CONSTRAINT, FULL_TO_SHARD, SHARD_TO_FULL)
 def _values(tensors: Sequence[torch.Tensor], caller: str) -> list[Value]:
     if isinstance(tensors, torch.Tensor):
         raise TypeError(f"{caller}: pass a list of tensors ([t]), got one tensor")
-    return [state.as_spmd_tensor(t, caller)._h.value() for t in tensors]
+    return [state.as_spmd_tensor(t, caller).handle.value() for t in tensors]
 
 
 def _graph(values: list[Value]) -> Graph | None:

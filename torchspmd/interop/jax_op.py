@@ -91,7 +91,7 @@ def structs_of(values) -> Structs:
 
 def record_op(op: JaxOp, tensors) -> list[SpmdTensor]:
     """``op`` on ``tensors``, recorded as one node (no autograd); its output tensors."""
-    values = tuple(t._h.value() for t in tensors)
-    metas = tuple(t._h.meta for t in tensors)
+    values = tuple(t.handle.value() for t in tensors)
+    metas = tuple(t.handle.meta for t in tensors)
     node = record(op, (TENSOR,) * len(tensors), (), values, metas)
     return [SpmdTensor(Handle.new((node, i), m)) for i, m in enumerate(node.sig.outputs)]

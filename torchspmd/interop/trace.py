@@ -14,7 +14,7 @@ part of :attr:`TracedFunction.key`, so a changed number gives a new key).
 Example::
 
     traced, constants = trace(lambda w, x: x @ w, [w_meta, x_meta])
-    (y,) = traced.replay([w_array, x_array], [c._h.value() for c in constants])
+    (y,) = traced.replay([w_array, x_array], [c.handle.value() for c in constants])
 """
 
 from __future__ import annotations
@@ -89,14 +89,14 @@ def trace(fn: Callable[..., torch.Tensor | tuple], metas: list[TensorMeta],
             raise TypeError(f"torchspmd: {caller}: output {i} is {type(o).__name__}, not a "
                             "tensor on the spmd device.")
     for i, p in enumerate(placeholders):
-        if p._h.storage.value[0].sig.op is not PLACEHOLDER:
+        if p.handle.stored_node().sig.op is not PLACEHOLDER:
             raise NotImplementedError(
                 f"torchspmd: {caller}: input {i} was modified in place while traced (a "
                 "buffer update such as BatchNorm's running statistics?); traced layers must "
                 "not mutate their inputs, parameters or buffers.")
-    index = {p._h.storage.value[0]: k for k, p in enumerate(placeholders)}
-    traced, constants = _walk([o._h.value() for o in outs], index, caller)
-    return traced, constants, [o._h.meta for o in outs]
+    index = {p.handle.stored_node(): k for k, p in enumerate(placeholders)}
+    traced, constants = _walk([o.handle.value() for o in outs], index, caller)
+    return traced, constants, [o.handle.meta for o in outs]
 
 
 def _placeholder_tensor(meta: TensorMeta) -> SpmdTensor:

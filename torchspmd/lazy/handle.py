@@ -135,6 +135,15 @@ class Handle:
             self._cache(value)
         return self._cached
 
+    def stored_node(self) -> Node:
+        """The node behind the storage's current value: the base's, whatever view this is.
+
+        Unlike :meth:`value` it derives nothing and is not noted as a read while a step
+        records. For a tensor ``x = torch.ones(2, device="spmd")``,
+        ``x.handle.stored_node() is x.handle.value()[0]``; after ``x.add_(1)`` it is the add.
+        """
+        return self.storage.value[0]
+
     def assign(self, value: tuple[Node, int]) -> None:
         """In-place update: this tensor now holds ``value`` (its base and views see it)."""
         if not self.view:

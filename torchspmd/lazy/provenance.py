@@ -11,8 +11,8 @@ Example::
 
     with recording() as rec:
         p.add_(1)
-    rec.initial[p._h.storage]   # p's value when the step began (a data leaf)
-    p._h.storage in rec.written  # True
+    rec.initial[p.handle.storage]   # p's value when the step began (a data leaf)
+    p.handle.storage in rec.written  # True
 """
 
 from __future__ import annotations

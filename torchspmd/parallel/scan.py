@@ -127,9 +127,9 @@ def scan_layers(layers: Iterable[nn.Module], input_data: torch.Tensor, *,
         *params, h = tensors
         return functional_call(first, dict(zip(names, params)), (h,))
 
-    metas = [per_layer[0][n]._h.meta for n in names] + [input_data._h.meta]
+    metas = [per_layer[0][n].handle.meta for n in names] + [input_data.handle.meta]
     traced, constants, outs = trace(body, metas, caller="scan_layers")
-    if len(outs) != 1 or outs[0] != input_data._h.meta:
+    if len(outs) != 1 or outs[0] != input_data.handle.meta:
         raise ValueError(
             f"torchspmd: scan_layers: a layer must return one tensor of its input's shape and "
             f"dtype {tuple(input_data.shape)} {input_data.dtype}; it returned "

@@ -10,7 +10,6 @@ that fails again raise its error when read (``failure``); everything else stays 
 from __future__ import annotations
 
 import gc
-import weakref
 
 import jax
 import torch
@@ -24,24 +23,26 @@ from torchspmd.runtime.donation import lazy_donations
 from torchspmd.runtime.failure import FailedValue, is_failed, mark_failed
 from torchspmd.runtime.cache import LRU, programs_capacity_from_env
 from torchspmd.runtime.graph import collect
+from torchspmd.runtime.in_flight import (in_flight_ids, note_in_flight, release_later,
+                                         release_spent, wait_device_ops)
 from torchspmd.runtime.metrics import COUNTERS
 from torchspmd.runtime.parts import Parts
 from torchspmd.runtime.program import Program
+from torchspmd.runtime.run_state import InputLayouts
+from torchspmd.runtime.transfer import upload_leaf
+
+# The in-flight and spent bookkeeping lives in ``in_flight`` and ``upload_leaf`` in
+# ``transfer``; they are re-exported here for the callers that still import them from
+# this module (step/plan.py, step/capture.py, device/host.py).
+__all__ = ["sync", "take_pending", "successors", "wanted_outputs", "set_compile_cache_size",
+           "materialize", "execute", "single_target", "last_program", "compiled_programs",
+           "upload_leaf", "note_in_flight", "in_flight_ids", "release_later", "release_spent",
+           "wait_device_ops"]
 
 # The compile cache (a registry the design names): graph key -> Program, bounded (LRU).
 _PROGRAMS = LRU(programs_capacity_from_env(), evictions="programs_evicted")
-# A program's graph's independent computations (``Parts``), kept while the program is.
-_PARTS: "weakref.WeakKeyDictionary[Program, Parts]" = weakref.WeakKeyDictionary()
 # The latest program run, for debug.last_hlo() / debug.collectives().
 _LAST: list[Program] = []
-# The latest run's outputs per device set: a device runs programs in order, so waiting
-# for these waits for everything before them (and holds no older step's buffers).
-_IN_FLIGHT: dict[frozenset, list] = {}
-# What the latest runs consumed (donated arrays, old values, a lazy run's graph): freed
-# when the host next waits for the devices, or before the next run at the latest.
-# Freeing costs host time (~4 µs per donated 8-shard array); before a launch it delays
-# the launch, while the host waits for the devices it delays nothing.
-_SPENT: list = []
 
 
 def sync(wait: bool = False) -> None:
@@ -253,12 +254,12 @@ def _run(graph, wanted: dict | None, successors: dict | None) -> None:
     program = _PROGRAMS.get(graph.key)
     if program is not None:
         COUNTERS["cache_hits"] += 1
-    known = _LAYOUTS.get(program) if program is not None else None
-    inputs = _as_last_time(graph, known) if known is not None else None
+    known = program.state.input_layouts if program is not None else None
+    inputs = known.inputs(graph) if known is not None else None
     if inputs is not None:
-        target = known[1]
+        target = known.target
     else:
-        parts = _PARTS.get(program) if program is not None else None
+        parts = program.state.parts if program is not None else None
         if parts is None:
             parts = Parts(graph)
         placements = _placements(graph, parts)
@@ -276,12 +277,12 @@ def _run(graph, wanted: dict | None, successors: dict | None) -> None:
         inputs = _placed_inputs(graph, target)
         if program is None:
             program = _PROGRAMS[graph.key] = Program(graph)
-            _PARTS[program] = parts
-        _note_layouts(program, graph, inputs, target)
+            program.state.parts = parts
+        program.state.input_layouts = InputLayouts.of(graph, inputs, target)
     # Leaves only this run reads (state it overwrites) give their buffers to it.
     donate = lazy_donations(graph, inputs, in_flight_ids(), program.output_avals)
     if donate:
-        COUNTERS["donated_bytes"] += _donated_bytes(program, inputs, donate)
+        COUNTERS["donated_bytes"] += program.state.bytes_donated(inputs, donate)
     ids = target if target is not None else tuple(range(len(devices())))
     try:
         outputs = program.run(graph, inputs, donate, ids,
@@ -293,7 +294,7 @@ def _run(graph, wanted: dict | None, successors: dict | None) -> None:
     _LAST[:] = [program]
     # The graph that ran (its nodes, and leaves with their spent or donated arrays) is
     # torn down later, not while the program runs: freeing it now would compete with
-    # the program for the host's cores (see ``_SPENT``).
+    # the program for the host's cores (see ``in_flight``).
     release_later([root.inputs for root in graph.roots])
     several = len(ids) > 1
     for root, indices, arrays in zip(graph.roots, graph.wanted, outputs):
@@ -350,17 +351,6 @@ def single_target(graph) -> tuple[int, ...] | None:
     return placements[0][0] if placements else None
 
 
-def note_in_flight(arrays: list) -> None:
-    """``arrays`` are the latest outputs on their devices (``wait_device_ops`` waits on them)."""
-    if arrays:
-        _IN_FLIGHT[frozenset(d.id for d in arrays[0].sharding.device_set)] = arrays
-
-
-def in_flight_ids() -> set[int]:
-    """``id`` of every array the in-flight lists hold (each is one more reference to it)."""
-    return {id(a) for arrays in _IN_FLIGHT.values() for a in arrays}
-
-
 _SINGLE = jax.sharding.SingleDeviceSharding
 
 
@@ -372,54 +362,6 @@ def _on_devices(array: jax.Array, ids: tuple[int, ...]) -> jax.Array:
     return array
 
 
-# Per program: the layout (sharding object) of each input array the last time every input
-# entered it as it was, and the devices it ran on. A training loop feeds a program the
-# outputs of its previous run, whose shardings are the same objects step after step: one
-# identity test per input then stands for working out placements and placing each input.
-_LAYOUTS: "weakref.WeakKeyDictionary[Program, tuple]" = weakref.WeakKeyDictionary()
-# Per program and donated positions: the bytes donated (the graph key fixes the shapes).
-_DONATED_BYTES: "weakref.WeakKeyDictionary[Program, dict]" = weakref.WeakKeyDictionary()
-
-
-def _as_last_time(graph, known: tuple) -> list[jax.Array] | None:
-    """The graph's input arrays if each has the layout ``known`` recorded for its position
-    (then each enters the program as it is, on the same devices), else None."""
-    shardings, _, annotations = known
-    # Host data is uploaded as it is annotated: only with last time's annotations does
-    # it take last time's layouts (else placement must see the annotations themselves,
-    # with no leaf uploaded yet).
-    for position, (leaf, _) in enumerate(graph.leaves):
-        if leaf.host is not None and leaf.sharding is not annotations[position]:
-            return None
-    inputs = []
-    for position, (leaf, index) in enumerate(graph.leaves):
-        if leaf.host is not None:
-            upload_leaf(leaf)
-        array = leaf.arrays[index]
-        if array is None or type(array) is FailedValue or array.sharding is not shardings[position]:
-            return None  # the usual path raises what it must
-        inputs.append(array)
-    return inputs
-
-
-def _note_layouts(program: Program, graph, inputs: list, target) -> None:
-    """Remember the inputs' layouts for :func:`_as_last_time` if all entered as they were."""
-    for (leaf, index), placed in zip(graph.leaves, inputs):
-        if placed is not leaf.arrays[index]:
-            _LAYOUTS.pop(program, None)
-            return
-    _LAYOUTS[program] = ([a.sharding for a in inputs], target,
-                         [leaf.sharding for leaf, _ in graph.leaves])
-
-
-def _donated_bytes(program: Program, inputs: list, donate: tuple[int, ...]) -> int:
-    known = _DONATED_BYTES.setdefault(program, {})
-    count = known.get(donate)
-    if count is None:
-        count = known[donate] = sum(inputs[i].nbytes for i in donate)
-    return count
-
-
 def _placed_inputs(graph, target: tuple[int, ...] | None) -> list[jax.Array]:
     """The graph's input arrays, all over the devices ``target`` (all devices if None), in
     id order."""
@@ -428,34 +370,6 @@ def _placed_inputs(graph, target: tuple[int, ...] | None) -> list[jax.Array]:
         if leaf.host is not None:
             upload_leaf(leaf)
     return [placement.place(_array(leaf, i), ids) for leaf, i in graph.leaves]
-
-
-def upload_leaf(leaf: Node, sharding=None) -> None:
-    """Send a host leaf to the devices (where the sharding it was marked with places it)."""
-    leaf.arrays = [transfer.upload(leaf.host, leaf.sharding or sharding)]
-    leaf.host = None
-
-
-def release_later(spent) -> None:
-    """Keep ``spent`` (what a call consumed) until the host next waits for the devices."""
-    _SPENT.append(spent)
-
-
-def release_spent() -> None:
-    """Free what runs consumed (see ``_SPENT``). Called before a host read or wait blocks
-    (the devices still compute), and before each run's donation analysis, so that what
-    it keeps never counts as a holder of a value."""
-    if _SPENT:
-        _SPENT.clear()
-
-
-def wait_device_ops() -> None:
-    """Block until every computation started so far has finished."""
-    release_spent()
-    # A donated buffer was consumed by a later program, which is waited on instead.
-    jax.block_until_ready([a for arrays in _IN_FLIGHT.values() for a in arrays
-                           if not a.is_deleted()])
-    _IN_FLIGHT.clear()
 
 
 def last_program() -> Program | None:

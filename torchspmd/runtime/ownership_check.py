@@ -110,7 +110,8 @@ def _sync(hidden_at: str) -> bool:
 
 
 def _handle_of(tensor):
-    return getattr(tensor, "_h", None)
+    # The stand-in gradient carries its handle where an spmd tensor shows it (``.handle``).
+    return getattr(tensor, "handle", None)
 
 
 def _gradient(hidden_at: str) -> bool:
@@ -120,7 +121,7 @@ def _gradient(hidden_at: str) -> bool:
     grad = torch.zeros(2)
     array = _Buffer()
     array_id = id(array)
-    grad._h = Handle.new((Node.from_arrays([array]), 0), _META)
+    grad.handle = Handle.new((Node.from_arrays([array]), 0), _META)
     param.grad = grad
     hidden = []
     if hidden_at == "tensor":
@@ -135,7 +136,7 @@ def _gradient(hidden_at: str) -> bool:
     elif hidden_at == "requires grad":
         grad.requires_grad_()
     elif hidden_at in ("handle", "storage", "value", "node", "array"):
-        handle = grad._h
+        handle = grad.handle
         hidden.append({"handle": handle, "storage": handle.storage,
                        "value": handle.storage.value, "node": handle.storage.value[0],
                        "array": array}[hidden_at])

@@ -24,6 +24,7 @@ from torchspmd.runtime.graph import OUTPUTS, Graph
 from torchspmd.runtime.manual_regions import check_region, exit_region, manual_steps, run_region
 from torchspmd.runtime.memory import check_fits
 from torchspmd.runtime.metrics import COUNTERS
+from torchspmd.runtime.run_state import RunState
 
 SCALAR_KINDS = (float, int, bool)
 VECTOR_DTYPES = (np.float64, np.int64, np.bool_)
@@ -69,6 +70,7 @@ class Program:
         self._last_args = None  # the latest run's argument layouts, for optimized_hlo()
         # Per scalar vector: (host value, its device copy, device ids) of the latest run.
         self._vector_copies: list = [None] * len(SCALAR_KINDS)
+        self.state = RunState()  # what ``execute`` learns running it (``run_state``)
 
     def run(self, graph: Graph, leaf_arrays: list, donate: tuple[int, ...] = (),
             ids: tuple[int, ...] | None = None, pairs: tuple = ()) -> list[list]:

@@ -86,6 +86,16 @@ def _put_shards(host: np.ndarray, sharding: jax.sharding.Sharding) -> jax.Array:
     return jax_private.put_shards(host.shape, host.dtype, sharding, shards, devices)
 
 
+def upload_leaf(leaf, sharding: jax.sharding.Sharding | None = None) -> None:
+    """Send a host leaf (a ``lazy.node.Node`` holding ``host`` data) to the devices, where
+    the sharding it was marked with places it (else ``sharding``; else replicated).
+
+    >>> upload_leaf(Node.from_host(np.ones(4), meta))  # doctest: +SKIP
+    """
+    leaf.arrays = [upload(leaf.host, leaf.sharding or sharding)]
+    leaf.host = None
+
+
 def upload_process_local(local: np.ndarray, sharding: jax.sharding.Sharding,
                          global_shape: tuple[int, ...]) -> jax.Array:
     """A ``global_shape`` array laid out as ``sharding`` from this process's slice ``local``.

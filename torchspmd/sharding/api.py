@@ -27,8 +27,8 @@ from torchspmd.lowering.annotation_ops import SHARD_ALIKE
 from torchspmd.sharding import state
 from torchspmd.sharding.hlo_text import REPLICATED_TEXT, spec_to_hlo_text
 from torchspmd.sharding.mesh import Mesh
-from torchspmd.sharding.arguments import check_mesh, check_spec
-from torchspmd.sharding.partition_spec import PartitionSpec, named_sharding
+from torchspmd.sharding.arguments import check_mesh
+from torchspmd.sharding.partition_spec import MeshSpec, PartitionSpec, resolve
 from torchspmd.sharding.sharded_tensor import XLAShardedTensor
 from torchspmd.sharding.traceable import constraint_op
 
@@ -47,12 +47,17 @@ __all__ = [
 ]
 
 
-def _checked(t, mesh, partition_spec, caller: str):
-    """The spmd tensor, mesh and partition spec of a sharding call, each checked."""
+def checked(t: Any, mesh: Any, partition_spec: Any, caller: str) -> tuple[SpmdTensor, MeshSpec]:
+    """The spmd tensor of a sharding call and its partition spec, checked and resolved
+    against ``mesh``: the one place a user's spec becomes a :class:`MeshSpec`.
+
+    >>> tensor, spec = checked(x, Mesh(range(8), (8,), ("x",)), ("x", None), "mark_sharding")
+    >>> spec.axes
+    ((0,), None)
+    """
     tensor = state.as_spmd_tensor(t, caller)
     mesh = check_mesh(mesh, caller)
-    check_spec(partition_spec, tensor.dim(), caller)
-    return tensor, mesh
+    return tensor, resolve(mesh, partition_spec, tensor.dim(), caller)
 
 
 def mark_sharding(t: torch.Tensor | XLAShardedTensor, mesh: Mesh,
@@ -72,16 +77,26 @@ def mark_sharding(t: torch.Tensor | XLAShardedTensor, mesh: Mesh,
         >>> xst.sharding_spec
         '{devices=[2,4]0,1,2,3,4,5,6,7}'
     """
-    tensor, mesh = _checked(t, mesh, partition_spec, "mark_sharding")
-    sharding = named_sharding(mesh, partition_spec)
+    tensor, spec = checked(t, mesh, partition_spec, "mark_sharding")
+    return mark(t, tensor, spec, partition_spec)
+
+
+def mark(t: torch.Tensor | XLAShardedTensor, tensor: SpmdTensor, spec: MeshSpec,
+         partition_spec: PartitionSpec) -> XLAShardedTensor:
+    """``mark_sharding`` once its arguments are ``checked``: ``tensor`` is ``t``'s spmd
+    tensor, ``spec`` the resolved ``partition_spec`` (kept as given on the wrapper).
+
+    >>> mark(x, *checked(x, mesh, (0, None), "mark_sharding"), (0, None))  # doctest: +SKIP
+    """
+    sharding = spec.named_sharding
     value = state.current_value(tensor)
     # While a compiled step is recorded, data is constrained in the graph rather than
     # resharded now: a reshard now would freeze this step's data into the program.
     if not value[0].is_leaf or is_recording():
         state.annotate(tensor, state.constrain(value, sharding))
     else:
-        _mark_data(tensor, value, sharding, spec_to_hlo_text(mesh, partition_spec, tensor.dim()))
-    return wrap_as_sharded_tensor(t, mesh.mesh_shape, partition_spec, mesh=mesh)
+        _mark_data(tensor, value, sharding, spec_to_hlo_text(spec))
+    return wrap_as_sharded_tensor(t, spec.mesh.mesh_shape, partition_spec, mesh=spec.mesh)
 
 
 def _mark_data(t: SpmdTensor, value: state.Value, sharding, text: str) -> None:
@@ -116,10 +131,9 @@ def annotate_custom_sharding(t: torch.Tensor | XLAShardedTensor, mesh: Mesh,
         >>> annotate_custom_sharding(w, mesh, (None, "tp"))   # all-gather over fsdp
         >>> y = x @ w
     """
-    tensor, mesh = _checked(t, mesh, partition_spec, "annotate_custom_sharding")
-    sharding = named_sharding(mesh, partition_spec)
-    state.annotate(tensor, state.constrain(state.current_value(tensor), sharding))
-    return wrap_as_sharded_tensor(t, mesh.mesh_shape, partition_spec, mesh=mesh)
+    tensor, spec = checked(t, mesh, partition_spec, "annotate_custom_sharding")
+    state.annotate(tensor, state.constrain(state.current_value(tensor), spec.named_sharding))
+    return wrap_as_sharded_tensor(t, spec.mesh.mesh_shape, partition_spec, mesh=spec.mesh)
 
 
 def clear_sharding(t: torch.Tensor | XLAShardedTensor) -> torch.Tensor:
@@ -248,7 +262,7 @@ def mark_sharding_with_gradients(t: torch.Tensor, mesh: Mesh,
         >>> get_sharding(x.grad) == get_sharding(y)
         True
     """
-    _checked(t, mesh, partition_spec, "mark_sharding_with_gradients")
+    checked(t, mesh, partition_spec, "mark_sharding_with_gradients")
     return MarkShardingFunction.apply(t, mesh, partition_spec)
 
 
@@ -267,8 +281,8 @@ class _ShardAlike(torch.autograd.Function):
 
 
 def _shard_alike_values(a: SpmdTensor, b: SpmdTensor) -> tuple[SpmdTensor, SpmdTensor]:
-    values = (a._h.value(), b._h.value())
-    node = record(SHARD_ALIKE, (TENSOR, TENSOR), (), values, (a._h.meta, b._h.meta))
+    values = (a.handle.value(), b.handle.value())
+    node = record(SHARD_ALIKE, (TENSOR, TENSOR), (), values, (a.handle.meta, b.handle.meta))
     return tuple(SpmdTensor(Handle.new((node, i), node.sig.outputs[i])) for i in range(2))
 
 

@@ -15,6 +15,7 @@ import torch
 
 from torchspmd.device.tensor import SpmdTensor
 from torchspmd.sharding.mesh import Mesh
+from torchspmd.sharding.partition_spec import check_spec  # re-exported: its callers check here
 
 __all__ = ["spmd_tensor", "check_mesh", "check_spec"]
 
@@ -51,17 +52,3 @@ def check_mesh(mesh: Any, caller: str) -> Mesh:
                 "Mesh(device_ids, mesh_shape, axis_names) over the same device ids.")
     raise TypeError(f"{caller}: mesh must be a torchspmd Mesh, got "
                     f"{'None' if mesh is None else type(mesh).__qualname__}. {hint}")
-
-
-def check_spec(spec: Any, rank: int, caller: str) -> None:
-    """A partition spec must be a tuple or list with one entry per tensor dim.
-
-    >>> check_spec((0, None), 2, "mark_sharding")
-    """
-    if not isinstance(spec, (tuple, list)):
-        raise TypeError(
-            f"{caller}: partition_spec must be a tuple with one entry per tensor dim (a mesh "
-            f"axis index or name, a tuple of them, or None), got {spec!r}. To replicate a "
-            f"rank-{rank} tensor pass {(None,) * rank}.")
-    assert len(spec) == rank, (  # PyTorch/XLA's assertion and message
-        f"Partition spec length ({len(spec)}) should be equal to the input rank ({rank}).")

@@ -82,7 +82,7 @@ def replace_data(t: torch.Tensor, array: jax.Array) -> None:
     if tuple(array.shape) != tuple(t.shape):
         raise ValueError(f"torchspmd: data of shape {tuple(array.shape)} cannot replace a "
                          f"tensor of shape {tuple(t.shape)}")
-    tensor._h.assign(state.new_leaf(meta_of(value), array=array, sharding=annotation(value)))
+    tensor.handle.assign(state.new_leaf(meta_of(value), array=array, sharding=annotation(value)))
 
 
 def tensor_from_array(array: jax.Array, dtype: torch.dtype,

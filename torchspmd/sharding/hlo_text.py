@@ -21,7 +21,6 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import IntEnum
-from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -29,10 +28,7 @@ from torchspmd.jax_setup import device_id  # (configures JAX before its backend 
 from torchspmd.lowering import jax_private
 import jax
 
-from torchspmd.sharding import partition_spec as _ps
-
-if TYPE_CHECKING:
-    from torchspmd.sharding.mesh import Mesh
+from torchspmd.sharding.partition_spec import MeshSpec
 
 __all__ = [
     "ShardingType",
@@ -41,6 +37,7 @@ __all__ = [
     "MANUAL_TEXT",
     "format_tiled",
     "spec_to_hlo_text",
+    "sharding_type",
     "sharding_to_hlo_text",
     "parse_hlo_text",
     "v2_to_v1",
@@ -188,24 +185,37 @@ def format_tiled(
 # -- from a partition spec -----------------------------------------------------------
 
 
-def spec_to_hlo_text(mesh: Mesh, spec: Sequence, ndim: int) -> str:
-    """The sharding string PyTorch/XLA gives a rank-``ndim`` tensor marked with ``spec``.
+def spec_to_hlo_text(spec: MeshSpec) -> str:
+    """The sharding string PyTorch/XLA gives a tensor marked with ``spec`` (cached).
 
     Follows ``_get_tile_assignment`` / ``_get_group_assignment`` (spec §2): the mesh is
     transposed to (sharded axes in spec order, then unused axes, sorted), tuple entries
     are merged, and the unused axes become the replicated last tile dim.
 
     >>> from torchspmd.sharding.mesh import Mesh
-    >>> spec_to_hlo_text(Mesh(range(8), (2, 4)), (0, None), 2)
+    >>> from torchspmd.sharding.partition_spec import resolve
+    >>> spec_to_hlo_text(resolve(Mesh(range(8), (2, 4)), (0, None)))
     '{devices=[2,1,4]0,1,2,3,4,5,6,7 last_tile_dim_replicate}'
     """
-    _ps.check_rank(spec, ndim)
-    return _ps.cached_per_spec(
-        mesh, "hlo_text", spec, lambda: _spec_to_hlo_text(mesh, _ps.normalize(mesh, spec))
-    )
+    return spec.mesh.cached(("hlo_text", spec.axes), lambda: _spec_to_hlo_text(spec))
 
 
-def _spec_to_hlo_text(mesh: Mesh, norm: tuple[tuple[int, ...] | None, ...]) -> str:
+def sharding_type(spec: MeshSpec) -> ShardingType:
+    """The ``ShardingType`` PyTorch/XLA reports for a tensor marked with ``spec``.
+
+    Read back from the final (XLA-normalized) string, like ``.sharding_type``: so on a
+    (1, 8) mesh ``(None, 1)`` is TILED and ``(0, None)`` is REPLICATED (spec §1.4).
+
+    >>> from torchspmd.sharding.mesh import Mesh
+    >>> from torchspmd.sharding.partition_spec import resolve
+    >>> sharding_type(resolve(Mesh(range(8), (1, 8)), (None, 1))).name
+    'TILED'
+    """
+    return parse_hlo_text(spec_to_hlo_text(spec)).kind
+
+
+def _spec_to_hlo_text(spec: MeshSpec) -> str:
+    mesh, norm = spec.mesh, spec.axes
     if mesh.size() == 1 or all(e is None for e in norm):
         return REPLICATED_TEXT
     sizes = mesh.mesh_shape
@@ -232,8 +242,8 @@ def sharding_to_hlo_text(sharding: jax.sharding.Sharding, ndim: int) -> str:
     single-device SPMD.
 
     >>> from torchspmd.sharding.mesh import Mesh
-    >>> from torchspmd.sharding.partition_spec import named_sharding
-    >>> sharding_to_hlo_text(named_sharding(Mesh([2, 3], (1, 2)), (0, 1)), 2)
+    >>> from torchspmd.sharding.partition_spec import resolve
+    >>> sharding_to_hlo_text(resolve(Mesh([2, 3], (1, 2)), (0, 1)).named_sharding, 2)
     '{devices=[1,2]2,3}'
     """
     if len(sharding.device_set) == 1:

@@ -17,10 +17,10 @@ from torchspmd.lazy.record import meta_of, record
 from torchspmd.lowering.annotation_ops import FULL_TO_SHARD, SHARD_TO_FULL
 from torchspmd.runtime.manual_regions import note_entry
 from torchspmd.sharding import state
-from torchspmd.sharding.api import mark_sharding, wrap_as_sharded_tensor
+from torchspmd.sharding.api import checked, mark, wrap_as_sharded_tensor
 from torchspmd.sharding.mesh import Mesh, get_global_mesh
-from torchspmd.sharding.arguments import check_mesh, check_spec
-from torchspmd.sharding.partition_spec import PartitionSpec, named_sharding
+from torchspmd.sharding.arguments import check_mesh
+from torchspmd.sharding.partition_spec import PartitionSpec, resolve
 from torchspmd.sharding.sharded_tensor import XLAShardedTensor
 
 __all__ = ["enable_manual_sharding", "disable_manual_sharding", "_mark_manual_sharding"]
@@ -68,16 +68,16 @@ def enable_manual_sharding(t: torch.Tensor, partition_spec: PartitionSpec, *,
         torch.Size([8, 1])
     """
     mesh = _mesh_or_global(mesh, "enable_manual_sharding")
-    mark_sharding(t, mesh, partition_spec)
-    inner = state.as_spmd_tensor(t, "enable_manual_sharding")
-    sharding = named_sharding(mesh, partition_spec)
+    inner, spec = checked(t, mesh, partition_spec, "mark_sharding")  # mark_sharding's messages
+    mark(t, inner, spec, partition_spec)
+    sharding = spec.named_sharding
     try:
         local_shape = sharding.shard_shape(tuple(inner.shape))
     except ValueError as e:
         raise ValueError(f"torchspmd: enable_manual_sharding needs dims that divide evenly "
                          f"by the tiling; shape {tuple(inner.shape)} with spec "
                          f"{partition_spec} does not.") from e
-    local = _reshaped(inner._h.value(), sharding, FULL_TO_SHARD, local_shape)
+    local = _reshaped(inner.handle.value(), sharding, FULL_TO_SHARD, local_shape)
     return wrap_as_sharded_tensor(local)
 
 
@@ -109,9 +109,9 @@ def disable_manual_sharding(t: torch.Tensor, partition_spec: PartitionSpec,
     mesh = _mesh_or_global(mesh, "disable_manual_sharding")
     inner = state.as_spmd_tensor(t, "disable_manual_sharding")
     full_shape = tuple(int(d) for d in full_shape)
-    check_spec(partition_spec, len(full_shape), "disable_manual_sharding")
-    sharding = named_sharding(mesh, partition_spec)
-    value = inner._h.value()
+    sharding = resolve(mesh, partition_spec, len(full_shape),
+                       "disable_manual_sharding").named_sharding
+    value = inner.handle.value()
     entry = _region_entry(value)
     if entry is None:
         raise RuntimeError("disable_manual_sharding: the tensor is not manual sharded (not a "
@@ -151,11 +151,11 @@ def _mark_manual_sharding(t: torch.Tensor, *, mesh: Mesh | None = None) -> XLASh
         >>> y = disable_manual_sharding(local, ("x",), (8 * x.shape[0],), mesh=mesh)  # 8 copies
     """
     inner = state.as_spmd_tensor(t, "_mark_manual_sharding")
-    value = inner._h.value()
+    value = inner.handle.value()
     if value[0].is_leaf:
         raise RuntimeError("Marking any data tensors as manual is not supported")
     if state.in_manual_region(value):
         return wrap_as_sharded_tensor(inner)
     mesh = _mesh_or_global(mesh, "_mark_manual_sharding")
-    whole = named_sharding(mesh, (None,) * inner.dim())
+    whole = resolve(mesh, (None,) * inner.dim()).named_sharding
     return wrap_as_sharded_tensor(_reshaped(value, whole, FULL_TO_SHARD, tuple(inner.shape)))

@@ -1,4 +1,4 @@
-"""Partition specs: validation against a mesh, and their JAX equivalents.
+"""Partition specs: a user's spec, checked and resolved once into a :class:`MeshSpec`.
 
 A partition spec has one entry per tensor dim:
 
@@ -9,13 +9,25 @@ A partition spec has one entry per tensor dim:
 Mesh axes no entry uses are replication axes. Unlike PyTorch/XLA, the spec may be a list
 as well as a tuple. Errors (types and messages) are PyTorch/XLA's (spec §1.2).
 
-Results are cached on the mesh, keyed on the spec including its element types, so that
-``(True,)`` (invalid) never hits the cache entry of ``(1,)``.
+The sharding API resolves a spec once, where it enters (``resolve``); everything below
+takes the resulting :class:`MeshSpec` (as JAX's ``NamedSharding`` holds a mesh and a
+spec, and torch's ``DTensorSpec`` a mesh and its placements). Resolutions are cached on
+the mesh, keyed on the spec including its element types, so that ``(True,)`` (invalid)
+never hits the cache entry of ``(1,)``.
+
+Example::
+
+    >>> from torchspmd.sharding.mesh import Mesh
+    >>> spec = resolve(Mesh(range(8), (2, 4), ("x", "y")), ("y", None), rank=2)
+    >>> spec.axes, spec.named_sharding.spec
+    (((1,), None), P('y', None))
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Hashable, Sequence
+from collections.abc import Hashable, Sequence
+from dataclasses import dataclass, field
+from functools import cached_property
 from typing import TYPE_CHECKING, Any, Union
 
 import torchspmd.jax_setup  # noqa: F401
@@ -23,36 +35,107 @@ from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
 if TYPE_CHECKING:
-    from torchspmd.sharding.hlo_text import ShardingType
     from torchspmd.sharding.mesh import Mesh
 
 __all__ = [
     "PartitionSpec",
-    "NormalizedSpec",
-    "check_rank",
-    "normalize",
-    "jax_partition_spec",
+    "MeshSpec",
+    "resolve",
+    "check_spec",
     "named_sharding",
-    "sharding_type",
     "spec_key",
-    "cached_per_spec",
 ]
 
 PartitionSpec = Sequence[Union[tuple[Union[int, str], ...], int, str, None]]
 """One entry per tensor dim: axis index, axis name, tuple of those, or None."""
 
-NormalizedSpec = tuple[Union[tuple[int, ...], None], ...]
-"""One entry per tensor dim: the mesh axis indices sharding it (major first), or None."""
 
+@dataclass(frozen=True)
+class MeshSpec:
+    """A partition spec resolved against its mesh: per tensor dim, the mesh axis indices
+    sharding it (major first), or None where the dim is replicated.
 
-def check_rank(spec: PartitionSpec, rank: int) -> None:
-    """Assert that ``spec`` has one entry per tensor dim (PyTorch/XLA's message).
+    Immutable; two are equal (and hash alike) when they shard the same dims over the same
+    axes of equal meshes, however the spec was spelled (``("x",)``, ``(0,)``, ``[("x",)]``).
+    ``spec`` keeps the spelling the user gave, for messages and ``partition_spec``.
 
-    >>> check_rank((0, None), 2)
+    >>> from torchspmd.sharding.mesh import Mesh
+    >>> mesh = Mesh(range(8), (1, 2, 4), ("r", "b", "m"))
+    >>> s = resolve(mesh, (("r", "m"), None, 1))
+    >>> s.axes, s.rank, s.axis_names
+    (((0, 2), None, (1,)), 3, (('r', 'm'), None, ('b',)))
+    >>> s == resolve(mesh, [(0, 2), (), "b"])
+    True
     """
+
+    mesh: Mesh
+    axes: tuple[tuple[int, ...] | None, ...]
+    spec: tuple = field(default=(), compare=False)
+
+    @property
+    def rank(self) -> int:
+        """The rank of the tensors this spec fits (one entry per dim)."""
+        return len(self.axes)
+
+    @property
+    def axis_names(self) -> tuple[tuple[str, ...] | None, ...]:
+        """``axes`` with the JAX mesh's axis names (``"_0"``... on an unnamed mesh)."""
+        names = self.mesh.jax_axis_names()
+        return tuple(None if e is None else tuple(names[a] for a in e) for e in self.axes)
+
+    @cached_property
+    def jax_partition_spec(self) -> P:
+        """The ``jax.sharding.PartitionSpec``, with the JAX mesh's axis names."""
+        return P(*[e[0] if e is not None and len(e) == 1 else e for e in self.axis_names])
+
+    @cached_property
+    def named_sharding(self) -> NamedSharding:
+        """The ``jax.sharding.NamedSharding`` over ``mesh.get_jax_mesh()``."""
+        return NamedSharding(self.mesh.get_jax_mesh(), self.jax_partition_spec)
+
+
+def check_spec(spec: Any, rank: int, caller: str) -> None:
+    """A partition spec must be a tuple or list with one entry per tensor dim.
+
+    The rank assertion and its message are PyTorch/XLA's.
+
+    >>> check_spec((0, None), 2, "mark_sharding")
+    """
+    if not isinstance(spec, (tuple, list)):
+        raise TypeError(
+            f"{caller}: partition_spec must be a tuple with one entry per tensor dim (a mesh "
+            f"axis index or name, a tuple of them, or None), got {spec!r}. To replicate a "
+            f"rank-{rank} tensor pass {(None,) * rank}.")
     assert len(spec) == rank, (
-        f"Partition spec length ({len(spec)}) should be equal to the input rank ({rank})."
-    )
+        f"Partition spec length ({len(spec)}) should be equal to the input rank ({rank}).")
+
+
+def resolve(mesh: Mesh, spec: PartitionSpec, rank: int | None = None,
+            caller: str = "partition spec") -> MeshSpec:
+    """Check ``spec`` (against ``rank`` when given) and resolve it against ``mesh`` (cached).
+
+    >>> from torchspmd.sharding.mesh import Mesh
+    >>> resolve(Mesh(range(8), (2, 4)), (None, (1, 0)), rank=2).axes
+    (None, (1, 0))
+    """
+    if rank is not None:
+        check_spec(spec, rank, caller)
+    elif not isinstance(spec, (tuple, list)):
+        raise TypeError(f"Partition spec must be a tuple or a list, got {type(spec)}")
+    key = spec_key(spec)
+    if key is None:  # an unhashable entry: invalid, and _resolve says why
+        return _resolve(mesh, spec)
+    return mesh.cached(("resolve", key), lambda: _resolve(mesh, spec))
+
+
+def named_sharding(mesh: Mesh, spec: PartitionSpec) -> NamedSharding:
+    """``resolve(mesh, spec).named_sharding``: for callers holding a raw spec.
+
+    >>> from torchspmd.sharding.mesh import Mesh
+    >>> named_sharding(Mesh(range(8), (2, 4), ("x", "y")), ("x", None)).spec
+    P('x', None)
+    """
+    return resolve(mesh, spec).named_sharding
 
 
 # -- caching -------------------------------------------------------------------------
@@ -81,22 +164,7 @@ def spec_key(spec: PartitionSpec) -> Hashable | None:
         return None
 
 
-def cached_per_spec(
-    mesh: Mesh, tag: str, spec: PartitionSpec, compute: Callable[[], Any], *extra: Hashable
-) -> Any:
-    """``compute()``, memoized on ``mesh`` under ``(tag, spec, *extra)``.
-
-    >>> from torchspmd.sharding.mesh import Mesh
-    >>> cached_per_spec(Mesh([0, 1], (2,)), "len", (0,), lambda: 1)
-    1
-    """
-    key = spec_key(spec)
-    if key is None:
-        return compute()
-    return mesh.cached((tag, key, *extra), compute)
-
-
-# -- validation ----------------------------------------------------------------------
+# -- resolution ----------------------------------------------------------------------
 
 
 def _translate_axis(mesh: Mesh, p: Any) -> int:
@@ -137,64 +205,8 @@ def _check_axes(mesh: Mesh, translated: tuple) -> None:
     )
 
 
-def normalize(mesh: Mesh, spec: PartitionSpec) -> NormalizedSpec:
-    """Validate ``spec`` against ``mesh``; return each dim's mesh axis indices or None.
-
-    >>> from torchspmd.sharding.mesh import Mesh
-    >>> mesh = Mesh(range(8), (1, 2, 4), ("r", "b", "m"))
-    >>> normalize(mesh, (("r", "m"), None, 1))
-    ((0, 2), None, (1,))
-    """
-    if not isinstance(spec, (tuple, list)):
-        raise TypeError(f"Partition spec must be a tuple or a list, got {type(spec)}")
-    return cached_per_spec(mesh, "normalize", spec, lambda: _normalize(mesh, spec))
-
-
-def _normalize(mesh: Mesh, spec: PartitionSpec) -> NormalizedSpec:
+def _resolve(mesh: Mesh, spec: PartitionSpec) -> MeshSpec:
     translated = _translate(mesh, spec)
     _check_axes(mesh, translated)
-    return tuple(p if p is None or type(p) is tuple else (p,) for p in translated)
-
-
-# -- JAX equivalents -----------------------------------------------------------------
-
-
-def jax_partition_spec(mesh: Mesh, spec: PartitionSpec) -> P:
-    """The ``jax.sharding.PartitionSpec`` of ``spec``, with the JAX mesh's axis names.
-
-    >>> from torchspmd.sharding.mesh import Mesh
-    >>> jax_partition_spec(Mesh(range(8), (2, 4)), (None, (1, 0)))
-    P(None, ('_1', '_0'))
-    """
-    names = mesh.jax_axis_names()
-    entries = [None if e is None else tuple(names[a] for a in e) for e in normalize(mesh, spec)]
-    return P(*[e[0] if e is not None and len(e) == 1 else e for e in entries])
-
-
-def named_sharding(mesh: Mesh, spec: PartitionSpec) -> NamedSharding:
-    """The ``jax.sharding.NamedSharding`` of ``spec`` over ``mesh.get_jax_mesh()`` (cached).
-
-    >>> from torchspmd.sharding.mesh import Mesh
-    >>> named_sharding(Mesh(range(8), (2, 4), ("x", "y")), ("x", None)).spec
-    P('x', None)
-    """
-    return cached_per_spec(
-        mesh, "named_sharding", spec,
-        lambda: NamedSharding(mesh.get_jax_mesh(), jax_partition_spec(mesh, spec)),
-    )
-
-
-def sharding_type(mesh: Mesh, spec: PartitionSpec) -> ShardingType:
-    """The ``ShardingType`` PyTorch/XLA reports for a tensor marked with ``spec``.
-
-    Read back from the final (XLA-normalized) string, like ``.sharding_type``: so on a
-    (1, 8) mesh ``(None, 1)`` is TILED and ``(0, None)`` is REPLICATED (spec §1.4).
-
-    >>> from torchspmd.sharding.mesh import Mesh
-    >>> sharding_type(Mesh(range(8), (1, 8)), (None, 1)).name
-    'TILED'
-    """
-    # Deferred: hlo_text builds on this module.
-    from torchspmd.sharding.hlo_text import parse_hlo_text, spec_to_hlo_text
-
-    return parse_hlo_text(spec_to_hlo_text(mesh, spec, len(spec))).kind
+    axes = tuple(p if p is None or type(p) is tuple else (p,) for p in translated)
+    return MeshSpec(mesh, axes, tuple(spec))

@@ -104,7 +104,7 @@ class XLAShardedTensor(SpmdTensor):
     @property
     def _h(self):
         """The global tensor's lazy handle, so runtime helpers accept the wrapper."""
-        return self.global_tensor._h
+        return self.global_tensor.handle
 
     # -- sharding --------------------------------------------------------------------
 
@@ -212,7 +212,7 @@ class XLAShardedTensor(SpmdTensor):
             padded[info.device_id] = transfer.to_numpy(shard.data)
         value = state.current_value(self.global_tensor)
         sharding = state.jax_sharding_of(value)
-        self.global_tensor._h.assign(state.new_leaf(
+        self.global_tensor.handle.assign(state.new_leaf(
             meta_of(value), array=_assemble(sharding, text, tuple(self.shape), array.dtype, padded),
             sharding=sharding))
         self.invalidate_spec_cache()

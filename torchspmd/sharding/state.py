@@ -1,6 +1,6 @@
 """The sharding state of an spmd tensor's lazy value: read it, constrain it, replace its data.
 
-A tensor's value (``t._h``) is one of:
+A tensor's value (``t.handle``) is one of:
 
 - a *pending* graph value: marking it records a ``sharding_constraint`` node (no data moves);
 - a *host leaf* (CPU data not yet uploaded): marking it gives the leaf a sharding, so the
@@ -68,7 +68,7 @@ def current_value(t: SpmdTensor) -> Value:
     >>> current_value(torch.ones(2, device="spmd"))[0].is_leaf  # doctest: +SKIP
     False
     """
-    return sharded_value(t._h)
+    return sharded_value(t.handle)
 
 
 def jax_sharding_of(value: Value) -> jax.sharding.Sharding | None:
@@ -127,7 +127,7 @@ def constrained_copy(t: SpmdTensor, sharding: NamedSharding) -> SpmdTensor:
 
     >>> y = constrained_copy(x, named_sharding(mesh, (0, None)))  # doctest: +SKIP
     """
-    value = record_unary(SHARDING_CONSTRAINT, t._h.value(), sharding)
+    value = record_unary(SHARDING_CONSTRAINT, t.handle.value(), sharding)
     return SpmdTensor(Handle.new(value, meta_of(value)))
 
 
@@ -140,7 +140,7 @@ def annotate(t: SpmdTensor, value: Value) -> None:
 
     >>> annotate(x, constrain(current_value(x), sharding))  # doctest: +SKIP
     """
-    handle = t._h
+    handle = t.handle
     if all(step.op in IDENTITY_OPS for step in handle.view):
         # Set, not written back: a write keeps the storage's old annotation, and the new
         # annotation must replace it (`x[:, 0:2]` of a 2-column x is an alias of x).

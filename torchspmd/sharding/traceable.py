@@ -24,7 +24,7 @@ from torchspmd.device.tensor import SpmdTensor
 from torchspmd.sharding import state
 from torchspmd.sharding.arguments import check_mesh, check_spec
 from torchspmd.sharding.mesh import Mesh
-from torchspmd.sharding.partition_spec import PartitionSpec, named_sharding
+from torchspmd.sharding.partition_spec import PartitionSpec, resolve
 
 __all__ = ["constraint_op"]
 
@@ -47,7 +47,7 @@ def _decoded(mesh: str, partition_spec: str):
     if parsed is None:
         raise ValueError(f"torchspmd::sharding_constraint: cannot read the mesh {mesh!r}; "
                          f"pass str(mesh) of a torchspmd Mesh.")
-    return named_sharding(parsed, ast.literal_eval(partition_spec))
+    return resolve(parsed, ast.literal_eval(partition_spec)).named_sharding
 
 
 def _record(t: SpmdTensor, mesh: str, partition_spec: str) -> SpmdTensor:
