@@ -26,7 +26,7 @@ CONVS = {
     "2d_transposed": ((2, 4, 5, 5), (4, 6, 3, 3), True, [2, 2], [1, 1], [1, 1], True, [1, 0], 1),
     "2d_transposed_groups_dil": ((2, 4, 5, 5), (4, 3, 3, 2), True, [2, 1], [0, 1], [2, 1], True, [1, 0], 2),
     "1d_transposed": ((2, 4, 6), (4, 3, 3), False, [3], [1], [1], True, [2], 1),
-    # The shapes on which XLA:CPU aborts (tests/lowering/test_xla_conv_abort.py): a stride-2
+    # The shapes on which XLA:CPU aborts (tests/lowering/test_xla_conv_bugs.py): a stride-2
     # conv2d's input gradient, and the transposed convolution of the same shapes.
     "2d_stride_xla_cpu_abort": ((2, 1, 3, 6), (2, 1, 3, 2), False, [2, 2], [1, 1], [1, 1], False, [0, 0], 1),
     "2d_transposed_xla_cpu_abort": ((2, 2, 2, 4), (2, 1, 3, 2), False, [2, 2], [1, 1], [1, 1], True, [0, 0], 1),

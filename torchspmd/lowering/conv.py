@@ -41,6 +41,8 @@ def _conv(x, w, stride, padding, dilation, transposed, output_padding, groups, d
     x, w = x.astype(dtype), w.astype(dtype)
     kw = dict(dimension_numbers=dn, feature_group_count=groups, precision=precision(dtype),
               preferred_element_type=opmath(dtype), rhs_dilation=dilation)
+    if not transposed and groups > 1:
+        return _grouped_conv(x, w, stride, padding, dilation, groups, dtype)
     if not transposed:
         return jax.lax.conv_general_dilated(x, w, stride, [(p, p) for p in padding], **kw)
     # A transposed convolution is the input-gradient of a convolution: dilate the input by
@@ -50,11 +52,14 @@ def _conv(x, w, stride, padding, dilation, transposed, output_padding, groups, d
     w = jnp.flip(w, tuple(range(2, w.ndim)))
     op = _tup(output_padding, nd)
     pads = [(d * (kk - 1) - p, d * (kk - 1) - p + o) for kk, p, d, o in zip(k, padding, dilation, op)]
-    if any(s > 1 for s in stride) and jax.default_backend() == "cpu":
+    if groups == 1 and any(s > 1 for s in stride) and jax.default_backend() == "cpu":
         # XLA:CPU's algebraic simplifier swaps the operands of some input-dilated
         # convolutions into an invalid one and aborts the process (plain-JAX repro:
-        # tests/lowering/test_xla_conv_abort.py). Dilating with an interior pad first gives
-        # it a plain stride-1 convolution, which it leaves alone; same values.
+        # tests/lowering/test_xla_conv_bugs.py). Dilating with an interior pad first gives
+        # it a plain stride-1 convolution, which it leaves alone; same values. It never
+        # swaps a grouped convolution's operands, and for those the pad made XLA's SPMD
+        # partitioner shard the output features into an invalid grouped convolution
+        # (fuzzer, seed 0 program 2853), so grouped ones keep the input dilation.
         zero = np.zeros((), x.dtype)
         x = jax.lax.pad(x, zero, [(0, 0, 0)] * 2 + [(lo, hi, s - 1) for (lo, hi), s in zip(pads, stride)])
         pads, stride = [(0, 0)] * nd, (1,) * nd
@@ -82,6 +87,41 @@ def convolution(meta, input, weight, bias, stride, padding, dilation, transposed
     return out.astype(meta.dtype)
 
 
+def _kernel_windows(x, kernel, stride, padding, dilation, out, groups, dtype):
+    """``(offset, window)`` per kernel offset: the input elements that offset multiplies
+    at every output position, as (N, groups, C/groups, positions)."""
+    n, c = x.shape[0], x.shape[1]
+    # Zero padding: ``padding`` below, and above as far as the last window reaches.
+    high = [max(0, (k - 1) * d + (p_ - 1) * s + 1 - (size + pad))
+            for k, d, p_, s, size, pad in zip(kernel, dilation, out, stride, x.shape[2:], padding)]
+    xp = jnp.pad(x.astype(dtype), [(0, 0), (0, 0)] + [(pad, h) for pad, h in zip(padding, high)])
+    for offset in np.ndindex(*kernel):
+        start = [k * d for k, d in zip(offset, dilation)]
+        limit = [st + (p_ - 1) * s + 1 for st, p_, s in zip(start, out, stride)]
+        window = jax.lax.slice(xp, [0, 0] + start, [n, c] + limit, [1, 1] + list(stride))
+        yield offset, window.reshape((n, groups, c // groups, -1))
+
+
+def _grouped_conv(x, w, stride, padding, dilation, groups, dtype):
+    """``y[n, o, p] = sum_{c, k} xpad[n, group(o) * C/g + c, p * stride + k * dilation] * w[o, c, k]``.
+
+    A grouped convolution as one batched matmul per kernel offset. XLA's SPMD partitioner
+    turns a grouped convolution whose input channels are split into more shards than there
+    are groups into an invalid one (plain JAX reproduces it:
+    ``tests/lowering/test_xla_conv_bugs.py``); einsums over (group, channel) it partitions
+    like any other. ``jax.vjp`` of this form gives the input gradient the same way.
+    """
+    nd = w.ndim - 2
+    o, k = w.shape[0], w.shape[2:]
+    out = [(size + 2 * p - d * (kk - 1) - 1) // s + 1
+           for size, p, d, kk, s in zip(x.shape[2:], padding, dilation, k, stride)]
+    wg = w.astype(dtype).reshape((groups, o // groups, w.shape[1]) + tuple(k))
+    y = sum(jnp.einsum("ngcp,goc->ngop", window, wg[(Ellipsis,) + offset], precision=precision(dtype),
+                       preferred_element_type=opmath(dtype))
+            for offset, window in _kernel_windows(x, k, stride, padding, dilation, out, groups, dtype))
+    return y.reshape((x.shape[0], o) + tuple(out))
+
+
 def _grouped_weight_grad(x, gy, kernel, stride, padding, dilation, groups, dtype):
     """``dw[o, c, k] = sum_{n, p} xpad[n, group(o) * C/g + c, p * stride + k * dilation] * gy[n, o, p]``.
 
@@ -93,20 +133,10 @@ def _grouped_weight_grad(x, gy, kernel, stride, padding, dilation, groups, dtype
     all-reduce of the (small) weight gradient, as for an ungrouped convolution.
     """
     n, c, o = x.shape[0], x.shape[1], gy.shape[1]
-    out = gy.shape[2:]
-    # Zero padding: ``padding`` below, and above as far as the last window reaches.
-    high = [max(0, (k - 1) * d + (p_ - 1) * s + 1 - (size + pad))
-            for k, d, p_, s, size, pad in zip(kernel, dilation, out, stride, x.shape[2:], padding)]
-    xp = jnp.pad(x.astype(dtype), [(0, 0), (0, 0)] + [(pad, h) for pad, h in zip(padding, high)])
     g = gy.astype(dtype).reshape((n, groups, o // groups, -1))
-    grads = []
-    for offset in np.ndindex(*kernel):
-        start = [k * d for k, d in zip(offset, dilation)]
-        limit = [st + (p_ - 1) * s + 1 for st, p_, s in zip(start, out, stride)]
-        window = jax.lax.slice(xp, [0, 0] + start, [n, c] + limit, [1, 1] + list(stride))
-        window = window.reshape((n, groups, c // groups, -1))
-        grads.append(jnp.einsum("ngcp,ngop->goc", window, g, precision=precision(dtype),
-                                preferred_element_type=opmath(dtype)))
+    grads = [jnp.einsum("ngcp,ngop->goc", window, g, precision=precision(dtype),
+                        preferred_element_type=opmath(dtype))
+             for _, window in _kernel_windows(x, kernel, stride, padding, dilation, gy.shape[2:], groups, dtype)]
     return jnp.stack(grads, axis=-1).reshape((o, c // groups) + tuple(kernel))
 
 
@@ -116,7 +146,7 @@ def convolution_backward(meta, grad_output, input, weight, bias_sizes, stride, p
     acc = opmath(input.dtype)
     g = grad_output.astype(acc)
     conv = lambda x, w: _conv(x, w, stride, padding, dilation, transposed, output_padding, groups, acc)
-    if transposed:  # its input gradient is a strided convolution: no input dilation
+    if transposed or groups > 1:  # a strided convolution, or the grouped einsums' own vjp
         gx = jax.vjp(lambda x: conv(x, weight), input.astype(acc))[1](g)[0]
     else:
         gx = _input_grad(g, weight.astype(acc), input.shape, stride, padding, dilation, groups, acc)

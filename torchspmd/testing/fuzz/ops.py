@@ -236,7 +236,7 @@ def convolution(b) -> None:
     stride, padding, dilation = rng.choice((1, 2)), rng.choice((0, 1)), rng.choice((1, 1, 2))
     mesh = rng.choice(b.meshes)
     # Batch and channels only: XLA aborts the process on a strided convolution's gradient
-    # with its spatial dims sharded (docs/limits.md; tests/lowering/test_xla_conv_abort.py).
+    # with its spatial dims sharded (docs/limits.md; tests/lowering/test_xla_conv_bugs.py).
     spec = b.spec(mesh, 2) + (None,) * dims
     b.assign(f"xs.conv_grads({x}, {w}, {groups}, {stride}, {padding}, {dilation}, "
              f"{mesh.name}, {spec!r})")

@@ -1,4 +1,6 @@
-"""XLA aborts the process (a CHECK failure in its SPMD partitioner) on the gradient of a
+"""Convolutions XLA gets wrong, each reproduced in plain JAX in a subprocess (some abort it).
+
+XLA aborts the process (a CHECK failure in its SPMD partitioner) on the gradient of a
 strided convolution whose input is sharded over a spatial dim. Plain JAX reproduces it,
 so torchspmd cannot catch it: the limit is documented (docs/limits.md), and the fuzzer
 shards convolutions over batch and channels only.
@@ -65,3 +67,34 @@ def test_xla_cpu_still_aborts_on_this_strided_conv2d_gradient_even_unsharded():
     done = subprocess.run([sys.executable, "-c", UNSHARDED], capture_output=True, text=True,
                           timeout=300)
     assert done.returncode != 0 and "Check failed" in done.stderr, done.stdout + done.stderr
+
+
+GROUPED = textwrap.dedent("""
+    import os
+    os.environ["XLA_FLAGS"] = "--xla_force_host_platform_device_count=8"
+    import jax, numpy as np
+    from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+    mesh = Mesh(np.array(jax.devices()).reshape(2, 4), ("a", "b"))
+    x = np.ones((4, 8, 3), np.float32)
+    w = np.ones((8, 2, 3), np.float32)
+    conv = lambda x, w: jax.lax.conv_general_dilated(x, w, (2,), [(0, 0)], feature_group_count=4,
+                                                     dimension_numbers=("NCH", "OIH", "NCH"))
+    x = jax.device_put(x, NamedSharding(mesh, P(None, ("b", "a"), None)))
+    try:
+        jax.jit(conv)(x, w)
+        print("survived")
+    except Exception as e:
+        print("raised:", e)
+""")
+
+
+def test_xla_still_rejects_a_grouped_conv_with_more_channel_shards_than_groups():
+    """Found by the fuzzer (seed 0, program 2853): 8 input channels in 4 groups, sharded 8
+    ways. XLA's SPMD partitioner builds a convolution its own verifier rejects ("Expected
+    output feature dimension (value 2) to be divisible by feature_group_count (value 4)").
+    torchspmd lowers grouped convolutions as einsums instead (lowering/conv.py
+    ``_grouped_conv``). When this test fails, XLA is fixed: that form can go."""
+    done = subprocess.run([sys.executable, "-c", GROUPED], capture_output=True, text=True,
+                          timeout=300)
+    assert "raised:" in done.stdout and "divisible by feature_group_count" in done.stdout, \
+        done.stdout + done.stderr
