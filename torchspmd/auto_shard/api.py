@@ -1,0 +1,185 @@
+"""``torchspmd.auto_shard``: measure each candidate layout with XLA, solve, return a plan.
+
+Example::
+
+    mesh = torchspmd.Mesh(np.arange(8), (4, 2), ("data", "model"))
+    plan = torchspmd.auto_shard(model, mesh, (x, y), loss_fn=lm_loss,
+                                memory_budget=2 * 2**30)
+    print(plan)
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from typing import Any, Callable
+
+import jax
+import torch
+from torch import nn
+
+from torchspmd.auto_shard import candidates as cands
+from torchspmd.auto_shard.cost_model import Machine, machine_for
+from torchspmd.auto_shard.measure import Programs
+from torchspmd.auto_shard.plan import AutoShardPlan, PlanSummary
+from torchspmd.auto_shard.roles import Group, find_groups, repeated_modules
+from torchspmd.auto_shard.solve import Choice, Option, solve, smallest_memory
+from torchspmd.sharding import Mesh
+
+__all__ = ["auto_shard", "NoPlanFits"]
+
+
+class NoPlanFits(ValueError):
+    """No candidate plan's predicted memory per device is within the budget."""
+
+
+def _slots(optimizer: Any) -> int:
+    """Optimizer state tensors per parameter (AdamW's two moments when not given)."""
+    if optimizer is None:
+        return 2
+    kind = optimizer if isinstance(optimizer, type) else type(optimizer)
+    if issubclass(kind, torch.optim.SGD):
+        groups = getattr(optimizer, "param_groups", [{}])
+        return int(any(g.get("momentum", 0) for g in groups))
+    return 2
+
+
+def _itemsize(dtype: str) -> int:
+    return torch.empty((), dtype=getattr(torch, dtype)).element_size()
+
+
+def _shard_bytes(shape, spec, itemsize: int, mesh: Mesh) -> float:
+    sizes = mesh.shape()
+    shards = 1
+    for entry in spec:
+        for axis in (entry if isinstance(entry, tuple) else (entry,)):
+            shards *= sizes[axis] if axis is not None else 1
+    return math.prod(shape) * itemsize / shards
+
+
+class _Planner:
+    def __init__(self, mesh: Mesh, slots: int, machine: Machine):
+        self.mesh, self.slots, self.machine = mesh, slots, machine
+        self.programs = Programs(mesh, slots)
+        self.collectives: dict[tuple, Counter] = {}
+
+    def layouts(self, group: Group, candidate, batch) -> list[tuple] | None:
+        """(layer, position, weight spec, bias spec, activation specs) of one occurrence."""
+        layers = group.occurrences[0]
+        out = []
+        for layer, position in zip(layers, cands.positions(len(layers), group.kind)):
+            w = cands.weight_spec(layer, position, candidate, self.mesh)
+            acts = cands.activation_specs(layer, position, candidate, batch)
+            if w is None or acts is None:
+                return None
+            out.append((layer, position, w, cands.bias_spec(layer, position, candidate), acts))
+        return out
+
+    def choice(self, group: Group, candidate, batch) -> tuple[Choice, float] | None:
+        layouts = self.layouts(group, candidate, batch)
+        if layouts is None:
+            return None
+        seconds = memory = temp = 0.0
+        counts: Counter = Counter()
+        for layer, _, w, bias, acts in layouts:
+            measured = self.programs.measure(layer, w, acts)
+            seconds += self.machine.time(measured.flops, measured.bytes_accessed,
+                                         measured.collectives)
+            item = _itemsize(layer.dtype)
+            # XLA's arguments (weight, moments, input, output gradient) + the gradient.
+            memory += measured.argument_bytes + _shard_bytes(layer.shape, w, item, self.mesh)
+            if layer.bias is not None:
+                memory += (2 + self.slots) * _shard_bytes(
+                    (layer.shape[layer.out_dim],), bias, item, self.mesh)
+            temp = max(temp, measured.temp_bytes)
+            counts.update(c.kind for c in measured.collectives)
+        self.collectives[(group.role, candidate.name, batch)] = Counter(
+            {k: v * group.count for k, v in counts.items()})
+        return Choice(candidate.name, seconds * group.count, memory * group.count), temp
+
+
+def _other_bytes(model: nn.Module, groups: list[Group], slots: int) -> float:
+    decided = {n for g in groups for occ in g.occurrences for layer in occ
+               for n in (layer.weight, layer.bias) if n}
+    return sum(p.numel() * p.element_size() * (2 + slots)
+               for n, p in model.named_parameters() if n not in decided)
+
+
+def auto_shard(model: nn.Module, mesh: Mesh, example_inputs: Any, *,
+               loss_fn: Callable | None = None, optimizer: Any = None,
+               memory_budget: float | None = None,
+               machine: Machine | None = None) -> AutoShardPlan:
+    """Pick a partition spec for every parameter of ``model`` and for the batch.
+
+    ``example_inputs``: a tensor or tuple of the step's inputs (dim 0 is the batch);
+    one forward runs on them (``loss_fn(model, *example_inputs)``, or
+    ``model(*example_inputs)``) under ``no_grad`` to read layer shapes. Each candidate
+    layout of each layer kind is compiled by XLA (forward, backward and the optimizer
+    update; nothing runs) and its cost and memory analysis and collectives become a
+    predicted time (``machine``, default from the platform:
+    :mod:`torchspmd.auto_shard.cost_model`); an integer program picks the fastest plan
+    whose predicted memory per device is within ``memory_budget`` bytes. ``optimizer``
+    (an instance or class; default AdamW) sets how many state tensors each parameter has.
+    Raises :class:`NoPlanFits` naming the smallest memory any plan needs.
+
+    Example::
+
+        >>> plan = auto_shard(model, mesh, (x, y), loss_fn=lm_loss)   # doctest: +SKIP
+        >>> model = plan.apply(model.to("spmd"))                      # doctest: +SKIP
+    """
+    if isinstance(example_inputs, torch.Tensor):
+        example_inputs = (example_inputs,)
+    example_inputs = tuple(example_inputs)
+    batch_tensor = next((t for t in example_inputs
+                         if isinstance(t, torch.Tensor) and t.dim() > 0), None)
+    if batch_tensor is None:
+        raise ValueError("torchspmd.auto_shard: example_inputs needs at least one tensor "
+                         "with a batch dim (dim 0)")
+    if mesh.axis_names is None:
+        raise ValueError("torchspmd.auto_shard: the mesh needs axis names (Mesh(ids, shape, "
+                         "('data', 'model'))): the plan's specs name its axes")
+    run = (lambda: loss_fn(model, *example_inputs)) if loss_fn is not None else None
+    groups = find_groups(model, example_inputs, run)
+    slots = _slots(optimizer)
+    machine = machine or machine_for(jax.devices()[0].platform)
+    planner = _Planner(mesh, slots, machine)
+    other = _other_bytes(model, groups, slots)
+    options: dict[tuple, Option] = {}
+    for batch in cands.batch_candidates(mesh, batch_tensor.shape[0]):
+        per_group, temp = [], 0.0
+        for group in groups:
+            found = [planner.choice(group, c, batch)
+                     for c in cands.group_candidates(group.kind, mesh)]
+            per_group.append([choice for choice, _ in filter(None, found)])
+            temp = max([temp] + [t for _, t in filter(None, found)])
+        options[batch] = Option(machine.step_overhead_s, other + temp, per_group)
+    by_name = {",".join(b): b for b in options}
+    named = {",".join(b): o for b, o in options.items()}
+    found = solve(named, memory_budget, solutions=2)
+    if not found:
+        raise NoPlanFits(
+            f"torchspmd.auto_shard: no plan fits memory_budget={memory_budget:.0f} bytes per "
+            f"device; the smallest any candidate plan needs is "
+            f"{smallest_memory(named):.0f} bytes ({smallest_memory(named) / 2**20:.2f} MiB). "
+            "Raise the budget, use a larger mesh, or a smaller batch.")
+    summaries = [PlanSummary(by_name[s.batch],
+                             {g.role: c for g, c in zip(groups, s.choices)}, s.time, s.memory)
+                 for s in found]
+    best = summaries[0]
+    specs: dict[str, tuple] = {n: (None,) * p.dim() for n, p in model.named_parameters()}
+    collectives: Counter = Counter()
+    for group in groups:
+        candidate = next(c for c in cands.group_candidates(group.kind, mesh)
+                         if c.name == best.choices[group.role])
+        collectives += planner.collectives[(group.role, candidate.name, best.batch)]
+        for occurrence in group.occurrences:
+            for layer, position in zip(occurrence, cands.positions(len(occurrence), group.kind)):
+                specs[layer.weight] = cands.weight_spec(layer, position, candidate, mesh)
+                if layer.bias is not None:
+                    specs[layer.bias] = cands.bias_spec(layer, position, candidate)
+    kinds = ("all-gather", "all-reduce", "reduce-scatter", "all-to-all", "collective-permute")
+    return AutoShardPlan(
+        [int(d) for d in mesh.device_ids], tuple(mesh.mesh_shape), tuple(mesh.axis_names),
+        specs, best, summaries[1] if len(summaries) > 1 else None,
+        {k: collectives.get(k, 0) for k in kinds}, repeated_modules(model), memory_budget,
+        machine.name)
