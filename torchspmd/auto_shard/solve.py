@@ -21,7 +21,6 @@ from __future__ import annotations
 import dataclasses
 
 import numpy as np
-from scipy.optimize import Bounds, LinearConstraint, milp
 
 __all__ = ["Choice", "Option", "Solution", "solve", "smallest_memory"]
 
@@ -63,6 +62,8 @@ def smallest_memory(options: dict[str, Option]) -> float:
 def solve(options: dict[str, Option], budget: float | None,
           solutions: int = 2) -> list[Solution]:
     """Up to ``solutions`` best plans, best first; empty when none fits ``budget``."""
+    from scipy.optimize import Bounds, LinearConstraint, milp  # slow import: only to plan
+
     columns: list[tuple[str, int | None, int | None]] = []  # (batch, group, choice)
     for b, option in options.items():
         columns.append((b, None, None))
