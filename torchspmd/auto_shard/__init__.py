@@ -14,9 +14,9 @@ Example::
     model = plan.apply(model.to("spmd"))
 """
 
-from torchspmd.auto_shard.api import NoPlanFits, auto_shard
+from torchspmd.auto_shard.api import NoPlanFits, Planner, auto_shard, hand_written
 from torchspmd.auto_shard.cost_model import CPU, H100, Machine, calibrate
 from torchspmd.auto_shard.plan import AutoShardPlan, PlanSummary
 
-__all__ = ["auto_shard", "AutoShardPlan", "PlanSummary", "NoPlanFits", "Machine", "CPU",
+__all__ = ["auto_shard", "Planner", "hand_written", "AutoShardPlan", "PlanSummary", "NoPlanFits", "Machine", "CPU",
            "H100", "calibrate"]

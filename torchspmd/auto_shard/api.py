@@ -26,7 +26,7 @@ from torchspmd.auto_shard.roles import Group, find_groups, repeated_modules
 from torchspmd.auto_shard.solve import Choice, Option, solve, smallest_memory
 from torchspmd.sharding import Mesh
 
-__all__ = ["auto_shard", "NoPlanFits"]
+__all__ = ["auto_shard", "Planner", "NoPlanFits", "hand_written", "HAND_WRITTEN"]
 
 
 class NoPlanFits(ValueError):
@@ -105,6 +105,139 @@ def _other_bytes(model: nn.Module, groups: list[Group], slots: int) -> float:
                for n, p in model.named_parameters() if n not in decided)
 
 
+HAND_WRITTEN = ("dp", "fsdp", "tp", "fsdp+tp")
+
+
+def hand_written(strategy: str, mesh: Mesh) -> tuple[tuple[str, ...], dict[str, str]]:
+    """The batch axes and the candidate name per group kind of a hand-written strategy,
+    on a mesh whose last axis is the tensor-parallel one (as ``examples/gpt.py``): ``dp``
+    replicates, ``fsdp`` splits every weight over all axes, ``tp`` is Megatron over the
+    last axis with the batch over the others, ``fsdp+tp`` adds FSDP over the others.
+
+    Example::
+
+        >>> import torchspmd as xs, numpy as np
+        >>> hand_written("tp", xs.Mesh(np.arange(8), (4, 2), ("data", "model")))
+        (('data',), {'unit': 'megatron(model)', 'linear': 'replicate', 'embedding': 'replicate'})
+    """
+    axes = tuple(n for n, size in mesh.shape().items() if size > 1)
+    if strategy not in HAND_WRITTEN or (strategy == "fsdp+tp" and len(axes) < 2):
+        raise ValueError(f"torchspmd.auto_shard: unknown strategy {strategy!r} for mesh "
+                         f"{dict(mesh.shape())}; choose from {HAND_WRITTEN} (fsdp+tp needs "
+                         "two mesh axes)")
+    tp, rest = axes[-1], axes[:-1]
+    every = cands.Candidate(fsdp=axes).name
+    names = {"dp": (axes, "replicate", "replicate"),
+             "fsdp": (axes, every, every),
+             "tp": (rest, cands.Candidate(tp=tp).name, "replicate"),
+             "fsdp+tp": (rest, cands.Candidate(tp=tp, fsdp=rest).name,
+                         cands.Candidate(fsdp=rest).name)}
+    batch, unit, other = names[strategy]
+    return batch, {"unit": unit, "linear": other, "embedding": other}
+
+
+class Planner:
+    """Measures every candidate layout of a model once; :meth:`plan` then solves for a
+    budget, or prices a hand-written strategy, without compiling again.
+
+    Arguments as :func:`auto_shard`. Example::
+
+        >>> planner = Planner(model, mesh, (x, y), loss_fn=lm_loss)        # doctest: +SKIP
+        >>> planner.plan(memory_budget=2**30), planner.plan(strategy="tp")  # doctest: +SKIP
+    """
+
+    def __init__(self, model: nn.Module, mesh: Mesh, example_inputs: Any, *,
+                 loss_fn: Callable | None = None, optimizer: Any = None,
+                 machine: Machine | None = None):
+        if isinstance(example_inputs, torch.Tensor):
+            example_inputs = (example_inputs,)
+        example_inputs = tuple(example_inputs)
+        batch_tensor = next((t for t in example_inputs
+                             if isinstance(t, torch.Tensor) and t.dim() > 0), None)
+        if batch_tensor is None:
+            raise ValueError("torchspmd.auto_shard: example_inputs needs at least one tensor "
+                             "with a batch dim (dim 0)")
+        if mesh.axis_names is None:
+            raise ValueError("torchspmd.auto_shard: the mesh needs axis names (Mesh(ids, "
+                             "shape, ('data', 'model'))): the plan's specs name its axes")
+        run = (lambda: loss_fn(model, *example_inputs)) if loss_fn is not None else None
+        self.mesh = mesh
+        self.groups = find_groups(model, example_inputs, run)
+        self.shapes = {n: p.dim() for n, p in model.named_parameters()}
+        self.repeated = repeated_modules(model)
+        slots = _slots(optimizer)
+        self.machine = machine or machine_for(jax.devices()[0].platform)
+        self._measure = _Planner(mesh, slots, self.machine)
+        other = _other_bytes(model, self.groups, slots)
+        self.options: dict[tuple, Option] = {}
+        for batch in cands.batch_candidates(mesh, batch_tensor.shape[0]):
+            per_group, temp = [], 0.0
+            for group in self.groups:
+                found = [self._measure.choice(group, c, batch)
+                         for c in cands.group_candidates(group.kind, mesh)]
+                per_group.append([choice for choice, _ in filter(None, found)])
+                temp = max([temp] + [t for _, t in filter(None, found)])
+            self.options[batch] = Option(self.machine.step_overhead_s, other + temp, per_group)
+
+    @property
+    def programs_compiled(self) -> int:
+        """How many layer programs XLA compiled to measure the candidates."""
+        return self._measure.programs.compiled
+
+    def plan(self, memory_budget: float | None = None,
+             strategy: str | None = None) -> AutoShardPlan:
+        """The fastest predicted plan within ``memory_budget`` bytes per device, or (with
+        ``strategy``, one of ``dp``/``fsdp``/``tp``/``fsdp+tp``) that hand-written plan
+        with its prediction. Raises :class:`NoPlanFits` when none fits."""
+        options = self.options
+        if strategy is not None:
+            batch, names = hand_written(strategy, self.mesh)
+            if batch not in options:
+                raise ValueError(f"torchspmd.auto_shard: strategy {strategy!r} splits the "
+                                 f"batch over {batch}, which does not divide it")
+            option = options[batch]
+            options = {batch: Option(option.time, option.memory, [
+                [c for c in choices if c.name == names[g.kind]]
+                for g, choices in zip(self.groups, option.groups)])}
+        named = {",".join(b): o for b, o in options.items()}
+        found = solve(named, memory_budget, solutions=2)
+        if not found:
+            need = smallest_memory(named)
+            raise NoPlanFits(
+                f"torchspmd.auto_shard: no plan fits memory_budget={memory_budget:.0f} bytes "
+                f"per device; the smallest any candidate plan needs is {need:.0f} bytes "
+                f"({need / 2**20:.2f} MiB). Raise the budget, use a larger mesh, or a "
+                "smaller batch.")
+        by_name = {",".join(b): b for b in options}
+        summaries = [PlanSummary(by_name[s.batch],
+                                 {g.role: c for g, c in zip(self.groups, s.choices)},
+                                 s.time, s.memory) for s in found]
+        return self._plan(summaries[0], summaries[1] if len(summaries) > 1 else None,
+                          memory_budget)
+
+    def _plan(self, best: PlanSummary, runner_up: PlanSummary | None,
+              memory_budget: float | None) -> AutoShardPlan:
+        mesh = self.mesh
+        specs: dict[str, tuple] = {n: (None,) * dim for n, dim in self.shapes.items()}
+        collectives: Counter = Counter()
+        for group in self.groups:
+            candidate = next(c for c in cands.group_candidates(group.kind, mesh)
+                             if c.name == best.choices[group.role])
+            collectives += self._measure.collectives[(group.role, candidate.name, best.batch)]
+            for occurrence in group.occurrences:
+                for layer, position in zip(occurrence,
+                                           cands.positions(len(occurrence), group.kind)):
+                    specs[layer.weight] = cands.weight_spec(layer, position, candidate, mesh)
+                    if layer.bias is not None:
+                        specs[layer.bias] = cands.bias_spec(layer, position, candidate)
+        kinds = ("all-gather", "all-reduce", "reduce-scatter", "all-to-all",
+                 "collective-permute")
+        return AutoShardPlan([int(d) for d in mesh.device_ids], tuple(mesh.mesh_shape),
+                             tuple(mesh.axis_names), specs, best, runner_up,
+                             {k: collectives.get(k, 0) for k in kinds}, self.repeated,
+                             memory_budget, self.machine.name)
+
+
 def auto_shard(model: nn.Module, mesh: Mesh, example_inputs: Any, *,
                loss_fn: Callable | None = None, optimizer: Any = None,
                memory_budget: float | None = None,
@@ -127,59 +260,5 @@ def auto_shard(model: nn.Module, mesh: Mesh, example_inputs: Any, *,
         >>> plan = auto_shard(model, mesh, (x, y), loss_fn=lm_loss)   # doctest: +SKIP
         >>> model = plan.apply(model.to("spmd"))                      # doctest: +SKIP
     """
-    if isinstance(example_inputs, torch.Tensor):
-        example_inputs = (example_inputs,)
-    example_inputs = tuple(example_inputs)
-    batch_tensor = next((t for t in example_inputs
-                         if isinstance(t, torch.Tensor) and t.dim() > 0), None)
-    if batch_tensor is None:
-        raise ValueError("torchspmd.auto_shard: example_inputs needs at least one tensor "
-                         "with a batch dim (dim 0)")
-    if mesh.axis_names is None:
-        raise ValueError("torchspmd.auto_shard: the mesh needs axis names (Mesh(ids, shape, "
-                         "('data', 'model'))): the plan's specs name its axes")
-    run = (lambda: loss_fn(model, *example_inputs)) if loss_fn is not None else None
-    groups = find_groups(model, example_inputs, run)
-    slots = _slots(optimizer)
-    machine = machine or machine_for(jax.devices()[0].platform)
-    planner = _Planner(mesh, slots, machine)
-    other = _other_bytes(model, groups, slots)
-    options: dict[tuple, Option] = {}
-    for batch in cands.batch_candidates(mesh, batch_tensor.shape[0]):
-        per_group, temp = [], 0.0
-        for group in groups:
-            found = [planner.choice(group, c, batch)
-                     for c in cands.group_candidates(group.kind, mesh)]
-            per_group.append([choice for choice, _ in filter(None, found)])
-            temp = max([temp] + [t for _, t in filter(None, found)])
-        options[batch] = Option(machine.step_overhead_s, other + temp, per_group)
-    by_name = {",".join(b): b for b in options}
-    named = {",".join(b): o for b, o in options.items()}
-    found = solve(named, memory_budget, solutions=2)
-    if not found:
-        raise NoPlanFits(
-            f"torchspmd.auto_shard: no plan fits memory_budget={memory_budget:.0f} bytes per "
-            f"device; the smallest any candidate plan needs is "
-            f"{smallest_memory(named):.0f} bytes ({smallest_memory(named) / 2**20:.2f} MiB). "
-            "Raise the budget, use a larger mesh, or a smaller batch.")
-    summaries = [PlanSummary(by_name[s.batch],
-                             {g.role: c for g, c in zip(groups, s.choices)}, s.time, s.memory)
-                 for s in found]
-    best = summaries[0]
-    specs: dict[str, tuple] = {n: (None,) * p.dim() for n, p in model.named_parameters()}
-    collectives: Counter = Counter()
-    for group in groups:
-        candidate = next(c for c in cands.group_candidates(group.kind, mesh)
-                         if c.name == best.choices[group.role])
-        collectives += planner.collectives[(group.role, candidate.name, best.batch)]
-        for occurrence in group.occurrences:
-            for layer, position in zip(occurrence, cands.positions(len(occurrence), group.kind)):
-                specs[layer.weight] = cands.weight_spec(layer, position, candidate, mesh)
-                if layer.bias is not None:
-                    specs[layer.bias] = cands.bias_spec(layer, position, candidate)
-    kinds = ("all-gather", "all-reduce", "reduce-scatter", "all-to-all", "collective-permute")
-    return AutoShardPlan(
-        [int(d) for d in mesh.device_ids], tuple(mesh.mesh_shape), tuple(mesh.axis_names),
-        specs, best, summaries[1] if len(summaries) > 1 else None,
-        {k: collectives.get(k, 0) for k in kinds}, repeated_modules(model), memory_budget,
-        machine.name)
+    return Planner(model, mesh, example_inputs, loss_fn=loss_fn, optimizer=optimizer,
+                   machine=machine).plan(memory_budget)
