@@ -35,7 +35,7 @@ import torch.nn.functional as F  # noqa: E402
 from torch import nn  # noqa: E402
 
 import torchspmd  # noqa: E402
-from torchspmd.auto_shard import HAND_WRITTEN, NoPlanFits, Planner  # noqa: E402
+from torchspmd.auto_shard.api import HAND_WRITTEN, NoPlanFits, Planner  # noqa: E402
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "examples"))
 
