@@ -62,6 +62,7 @@ class _Planner:
         self.mesh, self.slots, self.machine = mesh, slots, machine
         self.programs = Programs(mesh, slots)
         self.collectives: dict[tuple, Counter] = {}
+        self.skipped: list[str] = []  # candidates XLA could not compile, and why
 
     def layouts(self, group: Group, candidate, batch) -> list[tuple] | None:
         """(layer, position, weight spec, bias spec, activation specs) of one occurrence."""
@@ -82,7 +83,12 @@ class _Planner:
         seconds = memory = temp = 0.0
         counts: Counter = Counter()
         for layer, _, w, bias, acts in layouts:
-            measured = self.programs.measure(layer, w, acts)
+            try:
+                measured = self.programs.measure(layer, w, acts)
+            except Exception as error:  # XLA refused this layout: not a candidate then
+                self.skipped.append(f"{group.role} {candidate.name} batch {batch}: "
+                                    f"{type(error).__name__}: {str(error)[:200]}")
+                return None
             seconds += self.machine.time(measured.flops, measured.bytes_accessed,
                                          measured.collectives)
             item = _itemsize(layer.dtype)
