@@ -23,6 +23,7 @@ from torchspmd.auto_shard.cost_model import Machine, machine_for
 from torchspmd.auto_shard.measure import Programs
 from torchspmd.auto_shard.plan import AutoShardPlan, PlanSummary
 from torchspmd.auto_shard.roles import Group, find_groups, repeated_modules
+from torchspmd.auto_shard.whole_step import whole_step
 from torchspmd.auto_shard.solve import Choice, Option, solve, smallest_memory
 from torchspmd.sharding import Mesh
 
@@ -76,11 +77,11 @@ class _Planner:
             out.append((layer, position, w, cands.bias_spec(layer, position, candidate), acts))
         return out
 
-    def choice(self, group: Group, candidate, batch) -> tuple[Choice, float] | None:
+    def choice(self, group: Group, candidate, batch) -> Choice | None:
         layouts = self.layouts(group, candidate, batch)
         if layouts is None:
             return None
-        seconds = memory = temp = 0.0
+        seconds = memory = 0.0
         counts: Counter = Counter()
         for layer, _, w, bias, acts in layouts:
             try:
@@ -97,18 +98,10 @@ class _Planner:
             if layer.bias is not None:
                 memory += (2 + self.slots) * _shard_bytes(
                     (layer.shape[layer.out_dim],), bias, item, self.mesh)
-            temp = max(temp, measured.temp_bytes)
             counts.update(c.kind for c in measured.collectives)
         self.collectives[(group.role, candidate.name, batch)] = Counter(
             {k: v * group.count for k, v in counts.items()})
-        return Choice(candidate.name, seconds * group.count, memory * group.count), temp
-
-
-def _other_bytes(model: nn.Module, groups: list[Group], slots: int) -> float:
-    decided = {n for g in groups for occ in g.occurrences for layer in occ
-               for n in (layer.weight, layer.bias) if n}
-    return sum(p.numel() * p.element_size() * (2 + slots)
-               for n, p in model.named_parameters() if n not in decided)
+        return Choice(candidate.name, seconds * group.count, memory * group.count)
 
 
 HAND_WRITTEN = ("dp", "fsdp", "tp", "fsdp+tp")
@@ -174,16 +167,27 @@ class Planner:
         slots = _slots(optimizer)
         self.machine = machine or machine_for(jax.devices()[0].platform)
         self._measure = _Planner(mesh, slots, self.machine)
-        other = _other_bytes(model, self.groups, slots)
+        param_bytes = sum(p.numel() * p.element_size() for p in model.parameters())
+        # The optimizer's elementwise update of every replicated parameter: read and write
+        # the parameter and its moments, read the gradient.
+        update_s = param_bytes * (3 + 2 * slots) / self.machine.bytes_per_s
         self.options: dict[tuple, Option] = {}
         for batch in cands.batch_candidates(mesh, batch_tensor.shape[0]):
-            per_group, temp = [], 0.0
+            whole = whole_step(model, mesh, example_inputs, loss_fn, batch, self.repeated)
+            per_group = []
             for group in self.groups:
                 found = [self._measure.choice(group, c, batch)
                          for c in cands.group_candidates(group.kind, mesh)]
-                per_group.append([choice for choice, _ in filter(None, found)])
-                temp = max([temp] + [t for _, t in filter(None, found)])
-            self.options[batch] = Option(self.machine.step_overhead_s, other + temp, per_group)
+                per_group.append([choice for choice in found if choice is not None])
+            # The whole replicated step, then each group's candidate priced as the change
+            # from replicating it: base = whole - sum of the replicated choices.
+            replicated = [next(c for c in choices if c.name == "replicate")
+                          for choices in per_group]
+            time = (self.machine.step_overhead_s + update_s
+                    + self.machine.time(whole.flops, whole.bytes_accessed, whole.collectives)
+                    - sum(c.time for c in replicated))
+            memory = whole.memory_bytes + slots * param_bytes - sum(c.memory for c in replicated)
+            self.options[batch] = Option(time, memory, per_group)
 
     @property
     def programs_compiled(self) -> int:

@@ -155,12 +155,14 @@ def _units(model: nn.Module, layers: dict[str, Layer]) -> list[tuple[Layer, ...]
     out = []
     for name, module in model.named_modules():
         run: list[Layer] = []
-        for child, _ in module.named_children():
+        for child, sub in module.named_children():
             full = f"{name}.{child}" if name else child
             layer = layers.get(full)
             if layer is not None and layer.kind == "linear":
                 run.append(layer)
                 continue
+            if next(sub.parameters(), None) is None:
+                continue  # an activation or dropout between the linears: the run goes on
             out += _split(run)
             run = []
         out += _split(run)
