@@ -104,7 +104,7 @@ def _to_spmd(model):
 
 
 def train(model, plan, data, loss_fn, steps: int, warmup: int = 2):
-    """(median step seconds, losses, XLA bytes per device) of the plan."""
+    """(fastest step seconds, losses, XLA bytes per device, median step seconds)."""
     model = plan.apply(_to_spmd(model))
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
 
@@ -125,7 +125,9 @@ def train(model, plan, data, loss_fn, steps: int, warmup: int = 2):
     m = step.memory_analysis()
     used = (m.argument_size_in_bytes + m.output_size_in_bytes - m.alias_size_in_bytes
             + m.temp_size_in_bytes)
-    return statistics.median(times[warmup:]), losses, used
+    # The fastest step is the least disturbed one on a shared machine: compared; the
+    # median is shown too.
+    return min(times[warmup:]), losses, used, statistics.median(times[warmup:])
 
 
 def cpu_losses(model, data, loss_fn, steps: int) -> list[float]:
@@ -167,10 +169,10 @@ def run_case(name: str, mesh, steps: int) -> dict:
     print(f"\n{name}: planned in {plan_s:.1f} s ({planner.programs_compiled} layer programs "
           f"compiled); choices: {plans['auto'].best.choices}, batch over "
           f"{plans['auto'].best.batch}")
-    print(f"  {'plan':<11}{'pred ms':>9}{'meas ms':>9}{'pred/meas':>10}{'pred MiB':>10}"
-          f"{'XLA MiB':>9}")
-    for label, (plan, seconds, _, used) in rows.items():
-        print(f"  {label:<11}{plan.predicted_step_ms:9.2f}{seconds * 1e3:9.2f}"
+    print(f"  {'plan':<11}{'pred ms':>9}{'meas ms':>9}{'median':>9}{'pred/meas':>10}"
+          f"{'pred MiB':>10}{'XLA MiB':>9}")
+    for label, (plan, seconds, _, used, median) in rows.items():
+        print(f"  {label:<11}{plan.predicted_step_ms:9.2f}{seconds * 1e3:9.2f}{median * 1e3:9.2f}"
               f"{plan.predicted_step_ms / (seconds * 1e3):10.2f}"
               f"{plan.predicted_memory_bytes / 2**20:10.3f}{used / 2**20:9.3f}")
     hand = {s: rows[s][1] for s in HAND_WRITTEN}
@@ -191,7 +193,8 @@ def run_case(name: str, mesh, steps: int) -> dict:
           f"[{'ok' if predicted_order == measured_order else 'MISSED'}]")
     print(f"  tight budget {budget / 2**20:.3f} MiB: "
           + ("no plan" if tight is None else f"XLA {tight[3] / 2**20:.3f} MiB "
-             f"[{'ok' if fits else 'MISSED'}]"))
+             f"[{'ok' if fits else 'MISSED'}], choices {tight[0].best.choices}, batch over "
+             f"{tight[0].best.batch}"))
     print(f"  training vs CPU: largest relative loss difference {loss_diff:.1e} "
           f"[{'ok' if loss_diff < 1e-4 else 'MISSED'}]")
     return dict(speed=speed, prediction=worst_pred, ranking=predicted_order == measured_order,
@@ -200,16 +203,23 @@ def run_case(name: str, mesh, steps: int) -> dict:
 
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--quick", action="store_true", help="gpt-s and mlp, 3 timed steps")
-    parser.add_argument("--steps", type=int, default=5)
+    parser.add_argument("--quick", action="store_true", help="gpt-s and mlp, 5 timed steps")
+    parser.add_argument("--steps", type=int, default=10)
     parser.add_argument("--cases", default="gpt-s,gpt-m,llama,gpt2,mlp")
     args = parser.parse_args(argv)
     cases = ["gpt-s", "mlp"] if args.quick else args.cases.split(",")
-    steps = 3 if args.quick else args.steps
+    steps = 5 if args.quick else args.steps
     mesh = torchspmd.Mesh(np.arange(8), (4, 2), ("data", "model"))
     print(f"8 CPU devices, mesh {dict(mesh.shape())}; the machine is shared and loaded: "
           "times are noisy")
-    results = {name: run_case(name, mesh, steps) for name in cases}
+    results = {}
+    for name in cases:
+        try:
+            results[name] = run_case(name, mesh, steps)
+        except Exception as error:  # one model failing must not hide the others' numbers
+            print(f"\n{name}: FAILED: {type(error).__name__}: {error}")
+    if not results:
+        raise SystemExit("every case failed")
     print("\nworst over cases: auto / fastest hand-written "
           f"{max(r['speed'] for r in results.values()):.2f}; predicted vs measured "
           f"{max(r['prediction'] for r in results.values()):.2f}x; ranking right in "

@@ -93,8 +93,11 @@ class _Planner:
             seconds += self.machine.time(measured.flops, measured.bytes_accessed,
                                          measured.collectives)
             item = _itemsize(layer.dtype)
-            # XLA's arguments (weight, moments, input, output gradient) + the gradient.
-            memory += measured.argument_bytes + _shard_bytes(layer.shape, w, item, self.mesh)
+            # XLA's arguments (weight, moments, input, output gradient), the gradient, and
+            # the program's temporaries (a gathered weight lives there, and a step keeps it
+            # from the forward to the backward): an upper bound, not a tight one.
+            memory += (measured.argument_bytes + measured.temp_bytes
+                       + _shard_bytes(layer.shape, w, item, self.mesh))
             if layer.bias is not None:
                 memory += (2 + self.slots) * _shard_bytes(
                     (layer.shape[layer.out_dim],), bias, item, self.mesh)
