@@ -191,6 +191,9 @@ def run_case(name: str, mesh, steps: int) -> dict:
           f"[{'ok' if worst_pred <= 1.3 else 'MISSED'} within 30%]; ranking predicted "
           f"{predicted_order} measured {measured_order} "
           f"[{'ok' if predicted_order == measured_order else 'MISSED'}]")
+    state = 3 * sum(p.numel() * p.element_size() for p in model.parameters())
+    print(f"  parameters + AdamW state, replicated: {state / 2**20:.3f} MiB per device "
+          f"({'above' if state > budget else 'below'} the tight budget)")
     print(f"  tight budget {budget / 2**20:.3f} MiB: "
           + ("no plan" if tight is None else f"XLA {tight[3] / 2**20:.3f} MiB "
              f"[{'ok' if fits else 'MISSED'}], choices {tight[0].best.choices}, batch over "

@@ -83,7 +83,7 @@ class _Planner:
             return None
         seconds = memory = 0.0
         counts: Counter = Counter()
-        for layer, _, w, bias, acts in layouts:
+        for layer, position, w, bias, acts in layouts:
             try:
                 measured = self.programs.measure(layer, w, acts)
             except Exception as error:  # XLA refused this layout: not a candidate then
@@ -98,6 +98,14 @@ class _Planner:
             # from the forward to the backward): an upper bound, not a tight one.
             memory += (measured.argument_bytes + measured.temp_bytes
                        + _shard_bytes(layer.shape, w, item, self.mesh))
+            if candidate.fsdp:
+                # In a whole step XLA keeps the gathered weight from the forward to the
+                # backward and the whole gradient until its reduce-scatter, for every layer
+                # at once (its memory analysis of GPT steps shows it): two gathered copies.
+                gathered = cands.weight_spec(layer, position,
+                                             cands.Candidate(tp=candidate.tp), self.mesh)
+                memory += 2 * (_shard_bytes(layer.shape, gathered, item, self.mesh)
+                               - _shard_bytes(layer.shape, w, item, self.mesh))
             if layer.bias is not None:
                 memory += (2 + self.slots) * _shard_bytes(
                     (layer.shape[layer.out_dim],), bias, item, self.mesh)
