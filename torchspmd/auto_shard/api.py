@@ -10,6 +10,7 @@ Example::
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections import Counter
 from typing import Any, Callable
@@ -24,7 +25,7 @@ from torchspmd.auto_shard.measure import Programs
 from torchspmd.auto_shard.plan import AutoShardPlan, PlanSummary
 from torchspmd.auto_shard.roles import Group, find_groups, repeated_modules
 from torchspmd.auto_shard.whole_step import whole_step
-from torchspmd.auto_shard.solve import Choice, Option, solve, smallest_memory
+from torchspmd.auto_shard.solve import Choice, Option, Solution, solve, smallest_memory
 from torchspmd.sharding import Mesh
 
 __all__ = ["auto_shard", "Planner", "NoPlanFits", "hand_written", "HAND_WRITTEN"]
@@ -116,6 +117,8 @@ class _Planner:
 
 
 HAND_WRITTEN = ("dp", "fsdp", "tp", "fsdp+tp")
+# Plans whose XLA memory is checked against a budget before the planner gives up.
+_CHECKS = 4
 
 
 def hand_written(strategy: str, mesh: Mesh) -> tuple[tuple[str, ...], dict[str, str]]:
@@ -174,8 +177,11 @@ class Planner:
         self.mesh = mesh
         self.groups = find_groups(model, example_inputs, run)
         self.shapes = {n: p.dim() for n, p in model.named_parameters()}
+        self._params = {n: (tuple(p.shape), p.element_size())
+                        for n, p in model.named_parameters()}
+        self._model, self._inputs, self._loss_fn = model, example_inputs, loss_fn
         self.repeated = repeated_modules(model)
-        slots = _slots(optimizer)
+        slots = self._slots = _slots(optimizer)
         self.machine = machine or machine_for(jax.devices()[0].platform)
         self._measure = _Planner(mesh, slots, self.machine)
         param_bytes = sum(p.numel() * p.element_size() for p in model.parameters())
@@ -222,12 +228,31 @@ class Planner:
                 for g, choices in zip(self.groups, option.groups)])}
         named = {",".join(b): o for b, o in options.items()}
         found = solve(named, memory_budget, solutions=2)
+        checked: list[Solution] = []
+        while found and memory_budget is not None and len(checked) < _CHECKS:
+            # The prediction adds up layers; XLA has the last word: compile the chosen
+            # plan's whole forward and backward, add its optimizer state, and rule the
+            # plan out if that exceeds the budget.
+            measured = self._measured_memory(found[0], options)
+            if measured <= memory_budget:
+                found[0] = dataclasses.replace(found[0], memory=max(found[0].memory, measured))
+                break
+            checked.append(found[0])
+            found = solve(named, memory_budget, solutions=2, excluded=tuple(checked))
+        else:
+            if checked:
+                found = []
         if not found:
-            need = smallest_memory(named)
+            # The least-memory plan, and what XLA says it needs (the prediction adds up
+            # layers and may be below it).
+            smallest = solve(named, None, solutions=1, minimize="memory")[0]
+            need = max(smallest_memory(named), self._measured_memory(smallest, options))
+            over = (f" ({len(checked)} plan(s) predicted to fit needed more by XLA's memory "
+                    "analysis of their compiled step)" if checked else "")
             raise NoPlanFits(
                 f"torchspmd.auto_shard: no plan fits memory_budget={memory_budget:.0f} bytes "
                 f"per device; the smallest any candidate plan needs is {need:.0f} bytes "
-                f"({need / 2**20:.2f} MiB). Raise the budget, use a larger mesh, or a "
+                f"({need / 2**20:.2f} MiB){over}. Raise the budget, use a larger mesh, or a "
                 "smaller batch.")
         by_name = {",".join(b): b for b in options}
         summaries = [PlanSummary(by_name[s.batch],
@@ -236,21 +261,41 @@ class Planner:
         return self._plan(summaries[0], summaries[1] if len(summaries) > 1 else None,
                           memory_budget)
 
-    def _plan(self, best: PlanSummary, runner_up: PlanSummary | None,
-              memory_budget: float | None) -> AutoShardPlan:
-        mesh = self.mesh
+    def _measured_memory(self, solution: Solution, options: dict) -> float:
+        """XLA's bytes per device for the solution's forward and backward, plus the
+        optimizer state of its parameters."""
+        batch = next(b for b in options if ",".join(b) == solution.batch)
+        summary = PlanSummary(batch, {g.role: c for g, c in zip(self.groups, solution.choices)},
+                              solution.time, solution.memory)
+        specs = self._specs(summary)
+        whole = whole_step(self._model, self.mesh, self._inputs, self._loss_fn, batch,
+                           self.repeated, specs)
+        state = sum(_shard_bytes(shape, specs[name], item, self.mesh)
+                    for name, (shape, item) in self._params.items())
+        return whole.memory_bytes + self._slots * state
+
+    def _specs(self, best: PlanSummary) -> dict[str, tuple]:
         specs: dict[str, tuple] = {n: (None,) * dim for n, dim in self.shapes.items()}
-        collectives: Counter = Counter()
         for group in self.groups:
-            candidate = next(c for c in cands.group_candidates(group.kind, mesh)
+            candidate = next(c for c in cands.group_candidates(group.kind, self.mesh)
                              if c.name == best.choices[group.role])
-            collectives += self._measure.collectives[(group.role, candidate.name, best.batch)]
             for occurrence in group.occurrences:
                 for layer, position in zip(occurrence,
                                            cands.positions(len(occurrence), group.kind)):
-                    specs[layer.weight] = cands.weight_spec(layer, position, candidate, mesh)
+                    specs[layer.weight] = cands.weight_spec(layer, position, candidate,
+                                                            self.mesh)
                     if layer.bias is not None:
                         specs[layer.bias] = cands.bias_spec(layer, position, candidate)
+        return specs
+
+    def _plan(self, best: PlanSummary, runner_up: PlanSummary | None,
+              memory_budget: float | None) -> AutoShardPlan:
+        mesh = self.mesh
+        specs = self._specs(best)
+        collectives: Counter = Counter()
+        for group in self.groups:
+            collectives += self._measure.collectives[(group.role, best.choices[group.role],
+                                                      best.batch)]
         kinds = ("all-gather", "all-reduce", "reduce-scatter", "all-to-all",
                  "collective-permute")
         return AutoShardPlan([int(d) for d in mesh.device_ids], tuple(mesh.mesh_shape),

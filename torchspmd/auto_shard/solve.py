@@ -59,9 +59,10 @@ def smallest_memory(options: dict[str, Option]) -> float:
                for o in options.values())
 
 
-def solve(options: dict[str, Option], budget: float | None,
-          solutions: int = 2) -> list[Solution]:
-    """Up to ``solutions`` best plans, best first; empty when none fits ``budget``."""
+def solve(options: dict[str, Option], budget: float | None, solutions: int = 2,
+          excluded: tuple[Solution, ...] = (), minimize: str = "time") -> list[Solution]:
+    """Up to ``solutions`` best plans (least ``minimize``: ``time`` or ``memory``), best
+    first, none of them one of ``excluded``; empty when none fits ``budget``."""
     from scipy.optimize import Bounds, LinearConstraint, milp  # slow import: only to plan
 
     columns: list[tuple[str, int | None, int | None]] = []  # (batch, group, choice)
@@ -94,9 +95,19 @@ def solve(options: dict[str, Option], budget: float | None,
             rows.append(row), lower.append(0), upper.append(0)
     if budget is not None:
         rows.append(memory), lower.append(-np.inf), upper.append(budget / 2**20)
+    for solution in excluded:  # no-good cuts: not all of its columns again
+        option = options[solution.batch]
+        chosen = [(solution.batch, None, None)] + [
+            (solution.batch, g, [c.name for c in option.groups[g]].index(name))
+            for g, name in enumerate(solution.choices)]
+        cut = np.zeros(n)
+        for c in chosen:
+            cut[index[c]] = 1
+        rows.append(cut), lower.append(-np.inf), upper.append(len(chosen) - 1)
     found: list[Solution] = []
     while len(found) < solutions:
-        result = milp(time, integrality=np.ones(n), bounds=Bounds(0, 1),
+        objective = time if minimize == "time" else memory
+        result = milp(objective, integrality=np.ones(n), bounds=Bounds(0, 1),
                       constraints=LinearConstraint(np.array(rows), lower, upper))
         if result.x is None:
             break

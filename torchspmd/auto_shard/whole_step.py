@@ -49,11 +49,15 @@ def _split(mesh: Mesh, batch: tuple[str, ...], t: torch.Tensor) -> None:
 
 def whole_step(model: nn.Module, mesh: Mesh, example_inputs: tuple,
                loss_fn: Callable | None, batch: tuple[str, ...],
-               repeated: list[str]) -> WholeStep:
-    """Compile the forward and backward of a replicated copy of ``model`` (see module)."""
+               repeated: list[str], specs: dict[str, tuple] | None = None) -> WholeStep:
+    """Compile the forward and backward of a copy of ``model`` (see module), its
+    parameters replicated or, with ``specs``, marked with them."""
     spmd = copy.deepcopy(model).to("spmd")
     if hasattr(spmd, "tie_weights"):
         spmd.tie_weights()  # Module.to gives each use of a shared weight its own copy
+    for name, p in spmd.named_parameters():
+        if specs is not None and name in specs:
+            mark_sharding(p, mesh, specs[name])
     inputs = []
     for t in example_inputs:
         if isinstance(t, torch.Tensor):
