@@ -244,9 +244,14 @@ class Planner:
                 found = []
         if not found:
             # The least-memory plan, and what XLA says it needs (the prediction adds up
-            # layers and may be below it).
+            # layers and may be below it): the answer when it fits and the faster plans
+            # checked did not.
             smallest = solve(named, None, solutions=1, minimize="memory")[0]
-            need = max(smallest_memory(named), self._measured_memory(smallest, options))
+            measured = self._measured_memory(smallest, options)
+            if memory_budget is not None and measured <= memory_budget:
+                found = [dataclasses.replace(smallest, memory=max(smallest.memory, measured))]
+        if not found:
+            need = max(smallest_memory(named), measured)
             over = (f" ({len(checked)} plan(s) predicted to fit needed more by XLA's memory "
                     "analysis of their compiled step)" if checked else "")
             raise NoPlanFits(
