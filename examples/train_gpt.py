@@ -103,7 +103,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     """The command line (``argv``, default ``sys.argv[1:]``)."""
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--mesh", default=None, help="AxB: 'data' x 'model' (default 4x2, or n/2 x 2)")
-    p.add_argument("--strategy", default="fsdp+tp", choices=STRATEGIES)
+    p.add_argument("--strategy", default="fsdp+tp", choices=(*STRATEGIES, "auto"),
+                   help="auto: torchspmd.auto_shard picks the layouts")
     p.add_argument("--devices", default=None, help="device ids of a sub-mesh, e.g. 4,5,6,7")
     p.add_argument("--steps", type=int, default=200, help="length of the run (and schedule)")
     p.add_argument("--stop-at", type=int, default=None, help="end after this step (to resume)")
@@ -172,6 +173,20 @@ def shard_model(model: GPT, mesh: Mesh, strategy: str) -> dict[str, tuple]:
     return specs
 
 
+def auto_shard_model(model: GPT, mesh: Mesh, example: tuple) -> tuple[dict[str, tuple], tuple]:
+    """``--strategy auto``: plan with ``torchspmd.auto_shard`` on the CPU model, print the
+    plan, move the model to the spmd device and apply it; the specs and the batch spec."""
+    plan = torchspmd.auto_shard(model, mesh, example,
+                                loss_fn=lambda m, x, y: lm_loss(m(x), y))
+    if _prints():
+        print(plan)
+    model.to(torchspmd.device())
+    model.tie_weights()  # Module.to gives each use of a shared weight its own copy
+    plan.apply(model)
+    specs = {name: plan.specs.get(name, (None,) * p.dim()) for name, p in model.named_parameters()}
+    return specs, plan.batch_spec(2)
+
+
 def shard_activations(model: GPT, mesh: Mesh, strategy: str) -> None:
     """Keep each block's output (and the logits) split on the batch dim, as FSDPv2 does.
 
@@ -233,8 +248,11 @@ def _batches(args: argparse.Namespace, setup: Setup, stop: int) -> TokenBatches:
 def train_spmd(args: argparse.Namespace, setup: Setup, mesh: Mesh, stop: int) -> RunResult:
     """Shard a copy of the model over ``mesh`` and train it up to step ``stop``."""
     model = copy.deepcopy(setup.model)
-    specs = shard_model(model, mesh, args.strategy)
-    shard_activations(model, mesh, args.strategy)
+    if args.strategy == "auto":
+        specs, batch = auto_shard_model(model, mesh, next(iter(_batches(args, setup, stop))))
+    else:
+        specs, batch = shard_model(model, mesh, args.strategy), batch_spec(args.strategy)
+        shard_activations(model, mesh, args.strategy)
     print_parameter_table(model, specs, mesh, args.strategy)
     opt = make_optimizer(model, args.lr)
     if args.resume:
@@ -243,7 +261,7 @@ def train_spmd(args: argparse.Namespace, setup: Setup, mesh: Mesh, stop: int) ->
             setup.model.load_state_dict(_to_cpu(model.state_dict()))
             setup.optimizer_state = _to_cpu(opt.state_dict())
     loader = ShardedLoader(_batches(args, setup, stop), torchspmd.device(),
-                           input_sharding=ShardingSpec(mesh, batch_spec(args.strategy)))
+                           input_sharding=ShardingSpec(mesh, batch))
     torchspmd.reset_metrics()
     result = RunResult(losses=[], tokens_per_step=args.batch * model.config.seq)
     bar = tqdm(total=stop, initial=setup.start, unit="step", dynamic_ncols=True,

@@ -30,8 +30,10 @@ import torchspmd.distributed  # noqa: E402,F401  (torchspmd.distributed.initiali
 import torchspmd.generation  # noqa: E402,F401  (compile_generate; transformers on first use)
 from torchspmd.interop import call_jax  # noqa: E402
 from torchspmd.parallel.scan import scan_layers  # noqa: E402
+from torchspmd.auto_shard import AutoShardPlan, auto_shard  # noqa: E402
 
 __all__ = ["device", "device_count", "sync", "wait_device_ops", "metrics", "reset_metrics",
            "manual_seed", "set_compile_cache_size", "compile", "call_jax", "scan_layers",
+           "auto_shard", "AutoShardPlan",
            "XLAPatchedLinear", "xla_patched_nn_linear_forward", "apply_xla_patch_to_nn_linear",
            *_sharding_names]

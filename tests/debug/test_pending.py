@@ -103,3 +103,15 @@ def test_tensors_on_two_device_sets_are_refused_with_the_fix():
     mark_sharding(a, sub, ("x", None))
     with pytest.raises(NotImplementedError, match="one set at a time"):
         pending_hlo([a * 2, _sharded_input() * 2])
+
+
+def test_pending_program_compiles_to_the_partitioned_program_without_running():
+    """pending_program gives the Lowered program: compiled, it is partitioned (per-device
+    flops of an 8-way split matmul) and nothing ran (the tensor is still pending)."""
+    from torchspmd.debug import pending_program, tensor_debug_info
+    x = _sharded_input()
+    y = x @ x.T
+    compiled = pending_program([y]).compile()
+    assert compiled.cost_analysis()["flops"] == 2 * 2 * 16 * 4  # 2 of 16 rows per device
+    assert "IR: [] aten::mm" in tensor_debug_info(y)
+    assert pending_program([CPU.to(DEV)]) is None

@@ -4,6 +4,7 @@ Example::
 
     import torchspmd.debug as d
     d.pending_hlo([y])              # what XLA will be given for y (nothing runs)
+    d.pending_program([y])          # the same as a jax Lowered: .compile().cost_analysis()
     d.propagated_shardings([y])     # the sharding XLA's propagation gives y
     print(d.tensor_debug_info(y))   # pending or data, its node, its sharding
     d.visualize_tensor_sharding(x)
@@ -20,7 +21,7 @@ import rich.table
 
 from torchspmd.debug.describe import tensor_debug_info
 from torchspmd.debug.hlo import collectives, copied_arguments, last_hlo
-from torchspmd.debug.pending import pending_hlo, propagated_shardings
+from torchspmd.debug.pending import pending_hlo, pending_program, propagated_shardings
 from torchspmd.debug.program_size import (ProgramComparison, ProgramSize, compare_programs,
                                            program_size)
 from torchspmd.device import bounds, index_checks as _index_checks
@@ -30,7 +31,7 @@ from torchspmd.sharding.api import get_sharding
 
 __all__ = ["visualize_sharding", "visualize_tensor_sharding", "last_hlo", "collectives",
            "copied_arguments", "compare_programs", "program_size", "ProgramSize",
-           "ProgramComparison", "metrics_report", "check_indices", "index_checks", "pending_hlo",
+           "ProgramComparison", "metrics_report", "check_indices", "index_checks", "pending_hlo", "pending_program",
            "propagated_shardings",
            "tensor_debug_info", "_get_xla_tensors_hlo", "_get_xla_tensor_debug_info"]
 

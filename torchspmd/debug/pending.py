@@ -32,7 +32,7 @@ from torchspmd.runtime.program import SCALAR_KINDS, VECTOR_DTYPES, Program
 from torchspmd.sharding import state
 from torchspmd.sharding.hlo_text import sharding_to_hlo_text
 
-__all__ = ["pending_hlo", "propagated_shardings"]
+__all__ = ["pending_hlo", "pending_program", "propagated_shardings"]
 
 Value = tuple[Node, int]
 _ANNOTATIONS = (SHARDING_CONSTRAINT, FULL_TO_SHARD, SHARD_TO_FULL)
@@ -131,6 +131,21 @@ def pending_hlo(tensors: Sequence[torch.Tensor]) -> str:
     if graph is None:
         return ""
     return _lowered(graph).as_text(dialect="hlo")
+
+
+def pending_program(tensors: Sequence[torch.Tensor]):
+    """The ``jax.stages.Lowered`` program of the pending graph ``tensors`` need (None if
+    they all hold data): ``.compile()`` it for XLA's ``cost_analysis()``,
+    ``memory_analysis()`` and optimized HLO, without running anything.
+
+    Example::
+
+        >>> y = (x @ x.T).relu()
+        >>> pending_program([y]).compile().cost_analysis()["flops"] > 0   # doctest: +SKIP
+        True
+    """
+    graph = _graph(_values(tensors, "pending_program"))
+    return None if graph is None else _lowered(graph)
 
 
 def propagated_shardings(tensors: Sequence[torch.Tensor]) -> list[str]:

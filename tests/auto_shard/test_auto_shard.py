@@ -1,0 +1,170 @@
+"""torchspmd.auto_shard: deterministic plans, training equal to CPU, the memory budget,
+JSON, and the error when nothing fits. Tiny models on a 1-D mesh of 8 CPU devices, so
+that each plan compiles a handful of layer programs."""
+
+from __future__ import annotations
+
+import copy
+import re
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+import torchspmd
+from torchspmd.auto_shard import AutoShardPlan, NoPlanFits, auto_shard
+from torchspmd.sharding import Mesh, get_sharding
+
+STEPS = 2
+
+
+class Block(nn.Module):
+    def __init__(self, dim: int = 16, hidden: int = 32):
+        super().__init__()
+        self.up, self.down = nn.Linear(dim, hidden), nn.Linear(hidden, dim)
+
+    def forward(self, x):
+        return x + self.down(F.gelu(self.up(x)))
+
+
+class Stack(nn.Module):
+    """Two alike blocks: one role (``blocks.*.up+down``) for both."""
+
+    def __init__(self):
+        super().__init__()
+        self.blocks = nn.ModuleList(Block() for _ in range(2))
+
+    def forward(self, x):
+        for block in self.blocks:
+            x = block(x)
+        return x
+
+
+def mse(model, x, y):
+    return F.mse_loss(model(x), y)
+
+
+def mesh() -> Mesh:
+    return Mesh(np.arange(8), (8,), ("model",))
+
+
+def data():
+    g = torch.Generator().manual_seed(0)
+    return [(torch.randn(4, 16, generator=g), torch.randn(4, 16, generator=g))
+            for _ in range(STEPS)]
+
+
+def model() -> Stack:
+    torch.manual_seed(0)
+    return Stack()
+
+
+def plan_for(budget=None) -> AutoShardPlan:
+    return auto_shard(model(), mesh(), data()[0], loss_fn=mse, memory_budget=budget)
+
+
+@pytest.fixture(scope="module")
+def free_plan() -> AutoShardPlan:
+    return plan_for()
+
+
+@pytest.fixture(scope="module")
+def tight():
+    """A plan under a budget below the replicated plan's memory, and a training run of it
+    with torchspmd.compile next to CPU eager."""
+    replicated = plan_for(budget=None)
+    budget = 0.75 * _replicated_memory(replicated)
+    plan = plan_for(budget)
+    spmd = plan.apply(copy.deepcopy(model()).to("spmd"))
+    cpu = model()
+    opt_s = torch.optim.AdamW(spmd.parameters(), lr=1e-2)
+    opt_c = torch.optim.AdamW(cpu.parameters(), lr=1e-2)
+
+    @torchspmd.compile
+    def step(x, y):
+        opt_s.zero_grad()
+        loss = mse(spmd, x, y)
+        loss.backward()
+        opt_s.step()
+        return loss
+
+    losses = []
+    for x, y in data():
+        xs, ys = plan.shard_batch(x.to("spmd"), y.to("spmd"))
+        opt_c.zero_grad()
+        loss_c = mse(cpu, x, y)
+        loss_c.backward()
+        opt_c.step()
+        losses.append((step(xs, ys).item(), loss_c.item()))
+    return dict(plan=plan, budget=budget, spmd=spmd, cpu=cpu, losses=losses,
+                memory=step.memory_analysis())
+
+
+def _replicated_memory(plan: AutoShardPlan) -> float:
+    """Predicted memory of the all-replicated plan: the best or runner-up of a free plan
+    on this model is replicated (nothing to save), else plan it."""
+    for summary in (plan.best, plan.runner_up):
+        if summary is not None and set(summary.choices.values()) == {"replicate"}:
+            return summary.memory_bytes
+    raise AssertionError(f"no replicated plan among {plan.best}, {plan.runner_up}")
+
+
+def test_plans_are_deterministic(free_plan):
+    """The same model, inputs and mesh give the same plan, to the byte of its JSON."""
+    assert plan_for().to_json() == free_plan.to_json()
+
+
+def test_plan_round_trips_through_json(tight):
+    """from_json(to_json()) is the same plan, and it marks the same shardings."""
+    plan = tight["plan"]
+    again = AutoShardPlan.from_json(plan.to_json())
+    assert again == plan
+    applied = again.apply(copy.deepcopy(model()).to("spmd"))
+    for (name, p), q in zip(applied.named_parameters(), tight["spmd"].parameters()):
+        assert get_sharding(p) == get_sharding(q), name
+
+
+def test_tight_budget_shards_parameters(tight):
+    """Under a budget below replication, some weight is split (the plan is not trivial)."""
+    specs = tight["plan"].specs
+    assert any(any(e is not None for e in spec) for spec in specs.values()), specs
+
+
+def test_memory_budget_is_respected(tight):
+    """The compiled step of the chosen plan needs no more than the budget per device, by
+    XLA's memory analysis (arguments + outputs - aliased + temporaries)."""
+    m = tight["memory"]
+    used = (m.argument_size_in_bytes + m.output_size_in_bytes - m.alias_size_in_bytes
+            + m.temp_size_in_bytes)
+    assert tight["plan"].predicted_memory_bytes <= tight["budget"]
+    assert used <= tight["budget"], (used, tight["budget"])
+
+
+def test_plan_trains_like_cpu(tight):
+    """Two AdamW steps under the plan give CPU's losses and CPU's parameters, element by
+    element."""
+    for spmd, cpu in tight["losses"]:
+        assert spmd == pytest.approx(cpu, rel=1e-5, abs=1e-6)
+    for (name, p), q in zip(tight["spmd"].named_parameters(), tight["cpu"].parameters()):
+        torch.testing.assert_close(p.detach().cpu(), q.detach(), rtol=1e-5, atol=1e-6,
+                                   msg=name)
+
+
+def test_no_plan_fits_names_the_smallest_memory():
+    """A budget nothing fits raises NoPlanFits stating the least memory any plan needs,
+    and that amount is a budget some plan fits."""
+    with pytest.raises(NoPlanFits, match="smallest any candidate plan needs") as info:
+        plan_for(budget=1.0)
+    smallest = float(re.search(r"needs is (\d+) bytes", str(info.value)).group(1))
+    assert plan_for(budget=smallest + 1).predicted_memory_bytes <= smallest + 1
+
+
+def test_print_shows_specs_time_memory_and_runner_up(free_plan):
+    """str(plan) has a row per role with its spec, the predicted step and memory, the
+    collectives and the runner-up."""
+    text = str(free_plan)
+    assert "blocks.*.up.weight" in text
+    for what in ("predicted step:", "memory/device:", "collectives/step:", "runner-up:"):
+        assert what in text

@@ -1,0 +1,335 @@
+"""``torchspmd.auto_shard``: measure each candidate layout with XLA, solve, return a plan.
+
+Example::
+
+    mesh = torchspmd.Mesh(np.arange(8), (4, 2), ("data", "model"))
+    plan = torchspmd.auto_shard(model, mesh, (x, y), loss_fn=lm_loss,
+                                memory_budget=2 * 2**30)
+    print(plan)
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections import Counter
+from typing import Any, Callable
+
+import jax
+import torch
+from torch import nn
+
+from torchspmd.auto_shard import candidates as cands
+from torchspmd.auto_shard.cost_model import Machine, machine_for
+from torchspmd.auto_shard.measure import Programs
+from torchspmd.auto_shard.plan import AutoShardPlan, PlanSummary
+from torchspmd.auto_shard.roles import Group, find_groups, repeated_modules
+from torchspmd.auto_shard.whole_step import whole_step
+from torchspmd.auto_shard.solve import Choice, Option, Solution, solve, smallest_memory
+from torchspmd.sharding import Mesh
+
+__all__ = ["auto_shard", "Planner", "NoPlanFits", "hand_written", "HAND_WRITTEN"]
+
+
+class NoPlanFits(ValueError):
+    """No candidate plan's predicted memory per device is within the budget."""
+
+
+def _slots(optimizer: Any) -> int:
+    """Optimizer state tensors per parameter (AdamW's two moments when not given)."""
+    if optimizer is None:
+        return 2
+    kind = optimizer if isinstance(optimizer, type) else type(optimizer)
+    if issubclass(kind, torch.optim.SGD):
+        groups = getattr(optimizer, "param_groups", [{}])
+        return int(any(g.get("momentum", 0) for g in groups))
+    return 2
+
+
+def _itemsize(dtype: str) -> int:
+    return torch.empty((), dtype=getattr(torch, dtype)).element_size()
+
+
+def _shard_bytes(shape, spec, itemsize: int, mesh: Mesh) -> float:
+    sizes = mesh.shape()
+    shards = 1
+    for entry in spec:
+        for axis in (entry if isinstance(entry, tuple) else (entry,)):
+            shards *= sizes[axis] if axis is not None else 1
+    return math.prod(shape) * itemsize / shards
+
+
+class _Planner:
+    def __init__(self, mesh: Mesh, slots: int, machine: Machine):
+        self.mesh, self.slots, self.machine = mesh, slots, machine
+        self.programs = Programs(mesh, slots)
+        self.collectives: dict[tuple, Counter] = {}
+        self.skipped: list[str] = []  # candidates XLA could not compile, and why
+
+    def layouts(self, group: Group, candidate, batch) -> list[tuple] | None:
+        """(layer, position, weight spec, bias spec, activation specs) of one occurrence."""
+        layers = group.occurrences[0]
+        out = []
+        for layer, position in zip(layers, cands.positions(len(layers), group.kind)):
+            w = cands.weight_spec(layer, position, candidate, self.mesh)
+            acts = cands.activation_specs(layer, position, candidate, batch)
+            if w is None or acts is None:
+                return None
+            out.append((layer, position, w, cands.bias_spec(layer, position, candidate), acts))
+        return out
+
+    def choice(self, group: Group, candidate, batch) -> Choice | None:
+        layouts = self.layouts(group, candidate, batch)
+        if layouts is None:
+            return None
+        seconds = memory = 0.0
+        counts: Counter = Counter()
+        for layer, position, w, bias, acts in layouts:
+            try:
+                measured = self.programs.measure(layer, w, acts)
+            except Exception as error:  # XLA refused this layout: not a candidate then
+                self.skipped.append(f"{group.role} {candidate.name} batch {batch}: "
+                                    f"{type(error).__name__}: {str(error)[:200]}")
+                return None
+            seconds += self.machine.time(measured.flops, measured.bytes_accessed,
+                                         measured.collectives)
+            item = _itemsize(layer.dtype)
+            # XLA's arguments (weight, moments, input, output gradient), the gradient, and
+            # the program's temporaries (a gathered weight lives there, and a step keeps it
+            # from the forward to the backward): an upper bound, not a tight one.
+            memory += (measured.argument_bytes + measured.temp_bytes
+                       + _shard_bytes(layer.shape, w, item, self.mesh))
+            if candidate.fsdp:
+                # In a whole step XLA keeps the gathered weight from the forward to the
+                # backward and the whole gradient until its reduce-scatter, for every layer
+                # at once (its memory analysis of GPT steps shows it): two gathered copies.
+                gathered = cands.weight_spec(layer, position,
+                                             cands.Candidate(tp=candidate.tp), self.mesh)
+                memory += 2 * (_shard_bytes(layer.shape, gathered, item, self.mesh)
+                               - _shard_bytes(layer.shape, w, item, self.mesh))
+            if layer.bias is not None:
+                memory += (2 + self.slots) * _shard_bytes(
+                    (layer.shape[layer.out_dim],), bias, item, self.mesh)
+            counts.update(c.kind for c in measured.collectives)
+        self.collectives[(group.role, candidate.name, batch)] = Counter(
+            {k: v * group.count for k, v in counts.items()})
+        return Choice(candidate.name, seconds * group.count, memory * group.count)
+
+
+HAND_WRITTEN = ("dp", "fsdp", "tp", "fsdp+tp")
+# Plans whose XLA memory is checked against a budget before the planner gives up.
+_CHECKS = 4
+
+
+def hand_written(strategy: str, mesh: Mesh) -> tuple[tuple[str, ...], dict[str, str]]:
+    """The batch axes and the candidate name per group kind of a hand-written strategy,
+    on a mesh whose last axis is the tensor-parallel one (as ``examples/gpt.py``): ``dp``
+    replicates, ``fsdp`` splits every weight over all axes, ``tp`` is Megatron over the
+    last axis with the batch over the others, ``fsdp+tp`` adds FSDP over the others.
+
+    Example::
+
+        >>> import torchspmd as xs, numpy as np
+        >>> hand_written("tp", xs.Mesh(np.arange(8), (4, 2), ("data", "model")))
+        (('data',), {'unit': 'megatron(model)', 'linear': 'replicate', 'embedding': 'replicate'})
+    """
+    axes = tuple(n for n, size in mesh.shape().items() if size > 1)
+    if strategy not in HAND_WRITTEN or (strategy == "fsdp+tp" and len(axes) < 2):
+        raise ValueError(f"torchspmd.auto_shard: unknown strategy {strategy!r} for mesh "
+                         f"{dict(mesh.shape())}; choose from {HAND_WRITTEN} (fsdp+tp needs "
+                         "two mesh axes)")
+    tp, rest = axes[-1], axes[:-1]
+    every = cands.Candidate(fsdp=axes).name
+    names = {"dp": (axes, "replicate", "replicate"),
+             "fsdp": (axes, every, every),
+             "tp": (rest, cands.Candidate(tp=tp).name, "replicate"),
+             "fsdp+tp": (rest, cands.Candidate(tp=tp, fsdp=rest).name,
+                         cands.Candidate(fsdp=rest).name)}
+    batch, unit, other = names[strategy]
+    return batch, {"unit": unit, "linear": other, "embedding": other}
+
+
+class Planner:
+    """Measures every candidate layout of a model once; :meth:`plan` then solves for a
+    budget, or prices a hand-written strategy, without compiling again.
+
+    Arguments as :func:`auto_shard`. Example::
+
+        >>> planner = Planner(model, mesh, (x, y), loss_fn=lm_loss)        # doctest: +SKIP
+        >>> planner.plan(memory_budget=2**30), planner.plan(strategy="tp")  # doctest: +SKIP
+    """
+
+    def __init__(self, model: nn.Module, mesh: Mesh, example_inputs: Any, *,
+                 loss_fn: Callable | None = None, optimizer: Any = None,
+                 machine: Machine | None = None):
+        if isinstance(example_inputs, torch.Tensor):
+            example_inputs = (example_inputs,)
+        example_inputs = tuple(example_inputs)
+        batch_tensor = next((t for t in example_inputs
+                             if isinstance(t, torch.Tensor) and t.dim() > 0), None)
+        if batch_tensor is None:
+            raise ValueError("torchspmd.auto_shard: example_inputs needs at least one tensor "
+                             "with a batch dim (dim 0)")
+        if mesh.axis_names is None:
+            raise ValueError("torchspmd.auto_shard: the mesh needs axis names (Mesh(ids, "
+                             "shape, ('data', 'model'))): the plan's specs name its axes")
+        run = (lambda: loss_fn(model, *example_inputs)) if loss_fn is not None else None
+        self.mesh = mesh
+        self.groups = find_groups(model, example_inputs, run)
+        self.shapes = {n: p.dim() for n, p in model.named_parameters()}
+        self._params = {n: (tuple(p.shape), p.element_size())
+                        for n, p in model.named_parameters()}
+        self._model, self._inputs, self._loss_fn = model, example_inputs, loss_fn
+        self.repeated = repeated_modules(model)
+        slots = self._slots = _slots(optimizer)
+        self.machine = machine or machine_for(jax.devices()[0].platform)
+        self._measure = _Planner(mesh, slots, self.machine)
+        param_bytes = sum(p.numel() * p.element_size() for p in model.parameters())
+        # The optimizer's elementwise update of every replicated parameter: read and write
+        # the parameter and its moments, read the gradient.
+        update_s = param_bytes * (3 + 2 * slots) / self.machine.bytes_per_s
+        self.options: dict[tuple, Option] = {}
+        for batch in cands.batch_candidates(mesh, batch_tensor.shape[0]):
+            whole = whole_step(model, mesh, example_inputs, loss_fn, batch, self.repeated)
+            per_group = []
+            for group in self.groups:
+                found = [self._measure.choice(group, c, batch)
+                         for c in cands.group_candidates(group.kind, mesh)]
+                per_group.append([choice for choice in found if choice is not None])
+            # The whole replicated step, then each group's candidate priced as the change
+            # from replicating it: base = whole - sum of the replicated choices.
+            replicated = [next(c for c in choices if c.name == "replicate")
+                          for choices in per_group]
+            time = (self.machine.step_overhead_s + update_s
+                    + self.machine.time(whole.flops, whole.bytes_accessed, whole.collectives)
+                    - sum(c.time for c in replicated))
+            memory = whole.memory_bytes + slots * param_bytes - sum(c.memory for c in replicated)
+            self.options[batch] = Option(time, memory, per_group)
+
+    @property
+    def programs_compiled(self) -> int:
+        """How many layer programs XLA compiled to measure the candidates."""
+        return self._measure.programs.compiled
+
+    def plan(self, memory_budget: float | None = None,
+             strategy: str | None = None) -> AutoShardPlan:
+        """The fastest predicted plan within ``memory_budget`` bytes per device, or (with
+        ``strategy``, one of ``dp``/``fsdp``/``tp``/``fsdp+tp``) that hand-written plan
+        with its prediction. Raises :class:`NoPlanFits` when none fits."""
+        options = self.options
+        if strategy is not None:
+            batch, names = hand_written(strategy, self.mesh)
+            if batch not in options:
+                raise ValueError(f"torchspmd.auto_shard: strategy {strategy!r} splits the "
+                                 f"batch over {batch}, which does not divide it")
+            option = options[batch]
+            options = {batch: Option(option.time, option.memory, [
+                [c for c in choices if c.name == names[g.kind]]
+                for g, choices in zip(self.groups, option.groups)])}
+        named = {",".join(b): o for b, o in options.items()}
+        found = solve(named, memory_budget, solutions=2)
+        checked: list[Solution] = []
+        while found and memory_budget is not None and len(checked) < _CHECKS:
+            # The prediction adds up layers; XLA has the last word: compile the chosen
+            # plan's whole forward and backward, add its optimizer state, and rule the
+            # plan out if that exceeds the budget.
+            measured = self._measured_memory(found[0], options)
+            if measured <= memory_budget:
+                found[0] = dataclasses.replace(found[0], memory=max(found[0].memory, measured))
+                break
+            checked.append(found[0])
+            found = solve(named, memory_budget, solutions=2, excluded=tuple(checked))
+        else:
+            if checked:
+                found = []
+        if not found:
+            # The least-memory plan, and what XLA says it needs (the prediction adds up
+            # layers and may be below it): the answer when it fits and the faster plans
+            # checked did not.
+            smallest = solve(named, None, solutions=1, minimize="memory")[0]
+            measured = self._measured_memory(smallest, options)
+            if memory_budget is not None and measured <= memory_budget:
+                found = [dataclasses.replace(smallest, memory=max(smallest.memory, measured))]
+        if not found:
+            need = max(smallest_memory(named), measured)
+            over = (f" ({len(checked)} plan(s) predicted to fit needed more by XLA's memory "
+                    "analysis of their compiled step)" if checked else "")
+            raise NoPlanFits(
+                f"torchspmd.auto_shard: no plan fits memory_budget={memory_budget:.0f} bytes "
+                f"per device; the smallest any candidate plan needs is {need:.0f} bytes "
+                f"({need / 2**20:.2f} MiB){over}. Raise the budget, use a larger mesh, or a "
+                "smaller batch.")
+        by_name = {",".join(b): b for b in options}
+        summaries = [PlanSummary(by_name[s.batch],
+                                 {g.role: c for g, c in zip(self.groups, s.choices)},
+                                 s.time, s.memory) for s in found]
+        return self._plan(summaries[0], summaries[1] if len(summaries) > 1 else None,
+                          memory_budget)
+
+    def _measured_memory(self, solution: Solution, options: dict) -> float:
+        """XLA's bytes per device for the solution's forward and backward, plus the
+        optimizer state of its parameters."""
+        batch = next(b for b in options if ",".join(b) == solution.batch)
+        summary = PlanSummary(batch, {g.role: c for g, c in zip(self.groups, solution.choices)},
+                              solution.time, solution.memory)
+        specs = self._specs(summary)
+        whole = whole_step(self._model, self.mesh, self._inputs, self._loss_fn, batch,
+                           self.repeated, specs)
+        state = sum(_shard_bytes(shape, specs[name], item, self.mesh)
+                    for name, (shape, item) in self._params.items())
+        return whole.memory_bytes + self._slots * state
+
+    def _specs(self, best: PlanSummary) -> dict[str, tuple]:
+        specs: dict[str, tuple] = {n: (None,) * dim for n, dim in self.shapes.items()}
+        for group in self.groups:
+            candidate = next(c for c in cands.group_candidates(group.kind, self.mesh)
+                             if c.name == best.choices[group.role])
+            for occurrence in group.occurrences:
+                for layer, position in zip(occurrence,
+                                           cands.positions(len(occurrence), group.kind)):
+                    specs[layer.weight] = cands.weight_spec(layer, position, candidate,
+                                                            self.mesh)
+                    if layer.bias is not None:
+                        specs[layer.bias] = cands.bias_spec(layer, position, candidate)
+        return specs
+
+    def _plan(self, best: PlanSummary, runner_up: PlanSummary | None,
+              memory_budget: float | None) -> AutoShardPlan:
+        mesh = self.mesh
+        specs = self._specs(best)
+        collectives: Counter = Counter()
+        for group in self.groups:
+            collectives += self._measure.collectives[(group.role, best.choices[group.role],
+                                                      best.batch)]
+        kinds = ("all-gather", "all-reduce", "reduce-scatter", "all-to-all",
+                 "collective-permute")
+        return AutoShardPlan([int(d) for d in mesh.device_ids], tuple(mesh.mesh_shape),
+                             tuple(mesh.axis_names), specs, best, runner_up,
+                             {k: collectives.get(k, 0) for k in kinds}, self.repeated,
+                             memory_budget, self.machine.name)
+
+
+def auto_shard(model: nn.Module, mesh: Mesh, example_inputs: Any, *,
+               loss_fn: Callable | None = None, optimizer: Any = None,
+               memory_budget: float | None = None,
+               machine: Machine | None = None) -> AutoShardPlan:
+    """Pick a partition spec for every parameter of ``model`` and for the batch.
+
+    ``example_inputs``: a tensor or tuple of the step's inputs (dim 0 is the batch);
+    one forward runs on them (``loss_fn(model, *example_inputs)``, or
+    ``model(*example_inputs)``) under ``no_grad`` to read layer shapes. Each candidate
+    layout of each layer kind is compiled by XLA (forward, backward and the optimizer
+    update; nothing runs) and its cost and memory analysis and collectives become a
+    predicted time (``machine``, default from the platform:
+    :mod:`torchspmd.auto_shard.cost_model`); an integer program picks the fastest plan
+    whose predicted memory per device is within ``memory_budget`` bytes. ``optimizer``
+    (an instance or class; default AdamW) sets how many state tensors each parameter has.
+    Raises :class:`NoPlanFits` naming the smallest memory any plan needs.
+
+    Example::
+
+        >>> plan = auto_shard(model, mesh, (x, y), loss_fn=lm_loss)   # doctest: +SKIP
+        >>> model = plan.apply(model.to("spmd"))                      # doctest: +SKIP
+    """
+    return Planner(model, mesh, example_inputs, loss_fn=loss_fn, optimizer=optimizer,
+                   machine=machine).plan(memory_budget)

@@ -1,0 +1,193 @@
+"""The planner's answer: a partition spec per parameter and for the batch, and why.
+
+``print(plan)`` shows the table (role, choice, parameter specs), the predicted step time,
+memory per device and collectives per step, and the runner-up with its predicted cost;
+``plan.apply(model)`` marks the shardings with ordinary ``mark_sharding`` calls;
+``plan.to_json()`` / ``AutoShardPlan.from_json(text)`` save and reuse it.
+
+Example::
+
+    plan = torchspmd.auto_shard(model, mesh, (x, y), loss_fn=loss)
+    print(plan)
+    model = plan.apply(model.to("spmd"))
+    x, y = plan.shard_batch(x.to("spmd"), y.to("spmd"))
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+
+from torchspmd.auto_shard.candidates import axes_entry
+from torchspmd.sharding import Mesh, mark_sharding
+
+__all__ = ["AutoShardPlan", "PlanSummary"]
+
+
+@dataclasses.dataclass(frozen=True)
+class PlanSummary:
+    """A plan's batch axes, choice per role, predicted seconds per step and bytes per device."""
+
+    batch: tuple[str, ...]
+    choices: dict[str, str]
+    step_s: float
+    memory_bytes: float
+
+
+def _spec_to_json(spec: tuple) -> list:
+    return [list(e) if isinstance(e, tuple) else e for e in spec]
+
+
+def _spec_from_json(spec: list) -> tuple:
+    return tuple(tuple(e) if isinstance(e, list) else e for e in spec)
+
+
+@dataclasses.dataclass
+class AutoShardPlan:
+    """A sharding plan for one model on one mesh (see :func:`torchspmd.auto_shard`).
+
+    ``specs``: parameter name -> partition spec (every parameter of the model);
+    ``best``/``runner_up``: :class:`PlanSummary` of the chosen and the second-best plan;
+    ``collectives``: predicted collectives per step by kind; ``repeated``: the containers
+    of repeated layers whose outputs :meth:`apply` keeps split on the batch dim.
+
+    Example::
+
+        >>> plan = AutoShardPlan.from_json(plan_json)          # doctest: +SKIP
+        >>> model = plan.apply(model.to("spmd"))               # doctest: +SKIP
+    """
+
+    mesh_devices: list[int]
+    mesh_shape: tuple[int, ...]
+    axis_names: tuple[str, ...]
+    specs: dict[str, tuple]
+    best: PlanSummary
+    runner_up: PlanSummary | None
+    collectives: dict[str, int]
+    repeated: list[str]
+    memory_budget: float | None
+    machine: str
+
+    @property
+    def mesh(self) -> Mesh:
+        """The mesh the plan is for."""
+        return Mesh(np.array(self.mesh_devices), self.mesh_shape, self.axis_names)
+
+    @property
+    def predicted_step_ms(self) -> float:
+        return self.best.step_s * 1e3
+
+    @property
+    def predicted_memory_bytes(self) -> float:
+        return self.best.memory_bytes
+
+    def batch_spec(self, ndim: int) -> tuple:
+        """The partition spec of an input of rank ``ndim`` (its dim 0 is the batch).
+
+        Example::
+
+            >>> plan.batch_spec(2)                             # doctest: +SKIP
+            ('data', None)
+        """
+        return (axes_entry(self.best.batch),) + (None,) * (ndim - 1)
+
+    def shard_batch(self, *tensors: torch.Tensor) -> Any:
+        """``mark_sharding`` each spmd tensor on its batch dim; returns them (one: itself)."""
+        mesh = self.mesh
+        for t in tensors:
+            mark_sharding(t, mesh, self.batch_spec(t.dim()))
+        return tensors[0] if len(tensors) == 1 else tensors
+
+    def apply(self, model: nn.Module) -> nn.Module:
+        """Mark every parameter of ``model`` (on the spmd device) with its spec, and keep
+        each repeated layer's output split on the batch dim; returns ``model``.
+
+        Example::
+
+            >>> model = plan.apply(model.to("spmd"))           # doctest: +SKIP
+        """
+        mesh = self.mesh
+        for name, p in model.named_parameters():
+            if p.device.type != "spmd":
+                raise ValueError(f"torchspmd.auto_shard: plan.apply needs the model on the "
+                                 f"spmd device, but parameter {name!r} is on {p.device}; "
+                                 f"call plan.apply(model.to('spmd'))")
+            mark_sharding(p, mesh, self.specs.get(name, (None,) * p.dim()))
+        for container in self.repeated:
+            for layer in model.get_submodule(container):
+                layer.register_forward_hook(self._constrain_output)
+        return model
+
+    def _constrain_output(self, module, inputs, output) -> None:
+        first = output[0] if isinstance(output, (tuple, list)) and output else output
+        if isinstance(first, torch.Tensor) and first.dim() > 0 and \
+                first.shape[0] % int(np.prod([dict(zip(self.axis_names, self.mesh_shape))[a]
+                                              for a in self.best.batch])) == 0:
+            mark_sharding(first, self.mesh, self.batch_spec(first.dim()))
+
+    def _role(self, name: str) -> str:
+        for container in sorted(self.repeated, key=len, reverse=True):
+            head, _, rest = name.partition(container + ".")
+            index, dot, tail = rest.partition(".")
+            if not head and index.isdigit():
+                return f"{container}.*{dot}{tail}"
+        return name
+
+    def to_json(self) -> str:
+        """The plan as JSON text (:meth:`from_json` reads it back)."""
+        data = dataclasses.asdict(self)
+        data["specs"] = {k: _spec_to_json(v) for k, v in self.specs.items()}
+        return json.dumps(data, indent=1, sort_keys=True)
+
+    @classmethod
+    def from_json(cls, text: str) -> AutoShardPlan:
+        """A plan saved by :meth:`to_json`.
+
+        Example::
+
+            >>> AutoShardPlan.from_json(plan.to_json()) == plan   # doctest: +SKIP
+            True
+        """
+        data = json.loads(text)
+
+        def summary(d):
+            return None if d is None else PlanSummary(tuple(d["batch"]), d["choices"],
+                                                      d["step_s"], d["memory_bytes"])
+
+        return cls(data["mesh_devices"], tuple(data["mesh_shape"]), tuple(data["axis_names"]),
+                   {k: _spec_from_json(v) for k, v in data["specs"].items()},
+                   summary(data["best"]), summary(data["runner_up"]), data["collectives"],
+                   data["repeated"], data["memory_budget"], data["machine"])
+
+    def __str__(self) -> str:
+        mib = 2 ** 20
+        lines = [f"AutoShardPlan on mesh {dict(zip(self.axis_names, self.mesh_shape))} "
+                 f"({self.machine} machine model)",
+                 f"  batch: dim 0 over {self.best.batch or 'nothing (replicated)'}"]
+        rows: dict[tuple[str, tuple], int] = {}  # repeated layers' parameters shown once
+        for name, spec in self.specs.items():
+            key = (self._role(name), spec)
+            rows[key] = rows.get(key, 0) + 1
+        width = max([len(r) for r, _ in rows] + [9])
+        lines.append(f"  {'parameter':<{width}}  {'layers':>6}  spec")
+        for (role, spec), count in rows.items():
+            lines.append(f"  {role:<{width}}  {count:>6}  {spec}")
+        lines.append(f"  choices: " + ", ".join(f"{r}: {c}" for r, c in self.best.choices.items()))
+        budget = "none" if self.memory_budget is None else f"{self.memory_budget / mib:.2f} MiB"
+        lines.append(f"  predicted step: {self.best.step_s * 1e3:.2f} ms; memory/device: "
+                     f"{self.best.memory_bytes / mib:.2f} MiB (budget {budget})")
+        lines.append("  collectives/step: " + (", ".join(
+            f"{k} {v}" for k, v in self.collectives.items() if v) or "none"))
+        if self.runner_up is not None:
+            changed = {r: c for r, c in self.runner_up.choices.items()
+                       if self.best.choices.get(r) != c}
+            lines.append(f"  runner-up: {self.runner_up.step_s * 1e3:.2f} ms, "
+                         f"{self.runner_up.memory_bytes / mib:.2f} MiB; batch over "
+                         f"{self.runner_up.batch or 'nothing'}; differs in "
+                         + (", ".join(f"{r}: {c}" for r, c in changed.items()) or "batch only"))
+        return "\n".join(lines)
