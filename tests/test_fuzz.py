@@ -133,3 +133,16 @@ def test_a_job_whose_process_aborts_counts_a_process_abort_and_goes_on(tmp_path,
     assert counts[ABORT] == 1
     assert counts[OK] + counts[USER] == 2  # programs 0 and 2 ran
     assert (tmp_path / "seed0_1.py").exists()
+
+
+def test_an_error_inside_a_checkpoint_save_is_classified_by_its_cause():
+    """``torch.distributed.checkpoint`` wraps a planner's error in a ``CheckpointException``
+    (a ``BaseException``); the fuzzer judges the error inside, and never lets it escape."""
+    from torch.distributed.checkpoint.api import CheckpointException
+
+    from torchspmd.runtime.placement import MeshMismatchError
+    from torchspmd.testing.fuzz.runner import classify
+
+    wrapped = CheckpointException("save failed", {0: (MeshMismatchError("two meshes"), None)})
+    assert classify(wrapped, mixes_device_sets=True).kind == USER
+    assert classify(CheckpointException("save failed", {0: (KeyError("k"), None)}), True).kind == INTERNAL

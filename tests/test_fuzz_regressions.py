@@ -168,3 +168,19 @@ def test_a_failed_step_keeps_no_tensor_of_its_time_alive():
     assert y.cpu().tolist() == [0.0, 2.0, 4.0, 6.0]
     with pytest.raises(torch.OutOfMemoryError):
         big.cpu()
+
+
+@pytest.mark.parametrize("accumulate", [False, True])
+def test_two_index_puts_then_sharding_over_a_sub_mesh_match_cpu(accumulate):
+    # Seed 0, program 627: XLA's partitioner read the first write's input in some shards
+    # (tests/lowering/test_xla_scatter_chain.py).
+    def program(dev, mesh=None):
+        t = torch.tensor([3, -4, -1, -3, -3, -3, -4, -3], device=dev)
+        t.index_put_((torch.tensor([0, -1], device=dev),), torch.tensor(3, device=dev), accumulate)
+        t.index_put_((torch.tensor([6], device=dev),), torch.zeros(1, dtype=torch.int64, device=dev),
+                     accumulate)
+        if mesh is not None:
+            mark_sharding(t, mesh, (0,))
+        return t.cpu()
+
+    assert torch.equal(program(DEV, Mesh([0, 1, 2, 3], (4,), ("data",))), program("cpu"))

@@ -105,25 +105,38 @@ def _mask_put(x, mask, p: int, values, accumulate: bool):
     return jnp.where(where, x + picked if accumulate else picked, x)
 
 
+def _scatter_into(x):
+    """``x`` as the operand of a scatter, behind an optimization barrier.
+
+    XLA's SPMD partitioner miscompiles two chained scatters into a replicated operand
+    whose result is sharded (2 or 4 shards of 8 elements): the second reads the first's
+    *input* for some shards (plain-JAX repro: tests/lowering/test_xla_scatter_chain.py;
+    found by the fuzzer, seed 0 program 627). The barrier keeps each scatter's operand a
+    value of its own, which the partitioner gets right. When that test fails, XLA is
+    fixed and this can go.
+    """
+    return jax.lax.optimization_barrier(x)
+
+
 @lowers(aten.index_put.default, aten._unsafe_index_put.default, aten._index_put_impl.default)
 def index_put(meta, x, indices, values, accumulate=False, unsafe=False):
     x, values = x.astype(meta.dtype), values.astype(meta.dtype)
     given = [p for p, i in enumerate(indices) if i is not None]
     if len(given) == 1 and indices[given[0]].dtype == jnp.bool_:
         return _mask_put(x, indices[given[0]], given[0], values, accumulate)
-    at = x.at[_index_tuple(indices)]
+    at = _scatter_into(x).at[_index_tuple(indices)]
     return at.add(values) if accumulate else at.set(values)
 
 
 @lowers(aten._unsafe_masked_index_put_accumulate.default)
 def unsafe_masked_index_put_accumulate(meta, x, mask, indices, values):
     values = jnp.where(mask, values.astype(meta.dtype), 0)
-    return x.astype(meta.dtype).at[_index_tuple(indices)].add(values, mode="drop")
+    return _scatter_into(x.astype(meta.dtype)).at[_index_tuple(indices)].add(values, mode="drop")
 
 
 @lowers(aten.put.default)
 def put(meta, x, index, source, accumulate=False):
-    at = x.astype(meta.dtype).reshape(-1).at[index.reshape(-1)]
+    at = _scatter_into(x.astype(meta.dtype).reshape(-1)).at[index.reshape(-1)]
     src = source.astype(meta.dtype).reshape(-1)
     return (at.add(src) if accumulate else at.set(src)).reshape(meta.shape)
 
@@ -168,6 +181,7 @@ def _identity(reduce: str, dtype):
 
 def _reduce_into(x, idx, src, reduce: str, include_self: bool):
     """``scatter_reduce``/``index_reduce`` at index ``idx`` (``.at[]`` syntax) of ``x``."""
+    x = _scatter_into(x)
     if not include_self:
         x = x.at[idx].set(jnp.asarray(_identity(reduce, x.dtype), x.dtype))
     if reduce != "mean":
@@ -186,7 +200,8 @@ def _sliced_like(src, index):
 @lowers(aten.scatter.src, aten.scatter.reduce)
 def scatter(meta, x, dim, index, src, *, reduce=None):
     src = _sliced_like(src, index).astype(meta.dtype)
-    return getattr(x.astype(meta.dtype).at[_grid(index, wrap_dim(dim, x.ndim))], _AT_METHOD[reduce])(src)
+    at = _scatter_into(x.astype(meta.dtype)).at[_grid(index, wrap_dim(dim, x.ndim))]
+    return getattr(at, _AT_METHOD[reduce])(src)
 
 
 @lowers(aten.scatter_add.default)
@@ -196,7 +211,7 @@ def scatter_add(meta, x, dim, index, src):
 
 @lowers(aten.scatter.value, aten.scatter.value_reduce)
 def scatter_value(meta, x, dim, index, value, *, reduce=None):
-    at = x.astype(meta.dtype).at[_grid(index, wrap_dim(dim, x.ndim))]
+    at = _scatter_into(x.astype(meta.dtype)).at[_grid(index, wrap_dim(dim, x.ndim))]
     return getattr(at, _AT_METHOD[reduce])(cast(value, meta.dtype))
 
 

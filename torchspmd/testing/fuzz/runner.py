@@ -16,6 +16,7 @@ import traceback
 from dataclasses import dataclass
 
 import torch
+from torch.distributed.checkpoint.api import CheckpointException
 
 import torchspmd
 from torchspmd.runtime.placement import MeshMismatchError
@@ -53,8 +54,18 @@ def compile_program(source: str):
     return namespace["program"]
 
 
+def _cause(e: BaseException) -> BaseException:
+    """The error itself, out of ``torch.distributed.checkpoint``'s wrapper: DCP catches what
+    a planner raises and raises a ``CheckpointException`` (a ``BaseException``) holding it."""
+    failures = getattr(e, "failures", None)
+    if isinstance(e, CheckpointException) and failures:
+        return next(iter(failures.values()))[0]
+    return e
+
+
 def classify(e: BaseException, mixes_device_sets: bool) -> Outcome:
     """Whether an exception of the spmd run is an error a user may get, or a bug."""
+    e = _cause(e)
     text = f"{type(e).__name__}: {' '.join(str(e).split())[:400]}"
     if isinstance(e, WrongSharding):
         return Outcome(WRONG, str(e), "sharding text")
@@ -94,7 +105,7 @@ def run(program, mixes_device_sets: bool) -> Outcome:
                 problem = oracle.check_shards(name + ".local_shards", shards, want)
             if problem is not None:
                 return Outcome(WRONG, problem, "local_shards" if "local_shards" in problem else "value")
-    except Exception as e:
+    except (Exception, CheckpointException) as e:
         outcome = classify(e, mixes_device_sets)
         if outcome.kind == INTERNAL:
             outcome.detail += "\n" + "".join(traceback.format_exception(e)[-6:])
