@@ -13,7 +13,8 @@
 
 import torchspmd.jax_setup  # noqa: F401  (must configure JAX before anything uses it)
 from torchspmd.device.backend import device, device_count, register
-from torchspmd.runtime.execute import set_compile_cache_size, sync, wait_device_ops
+from torchspmd.runtime.execute import set_compile_cache_size, sync
+from torchspmd.runtime.in_flight import wait_device_ops
 from torchspmd.runtime.metrics import metrics
 from torchspmd.runtime.metrics import reset as reset_metrics
 from torchspmd.runtime.rng import manual_seed

@@ -25,7 +25,7 @@ from torchspmd.device import (attention, autocast, checkpoint_fence, immediate,
 from torchspmd.jax_setup import devices
 from torchspmd.lazy.node import TensorMeta
 from torchspmd.runtime import rng
-from torchspmd.runtime.execute import wait_device_ops
+from torchspmd.runtime.in_flight import wait_device_ops
 
 aten = torch.ops.aten
 

@@ -23,7 +23,7 @@ import torch
 
 from torchspmd.lazy.node import Node
 from torchspmd.lazy.provenance import refuse_host_read
-from torchspmd.runtime import execute, transfer
+from torchspmd.runtime import execute, in_flight, transfer
 from torchspmd.runtime.read import read
 
 if TYPE_CHECKING:  # only named in hints: tensor.py reads values through this module
@@ -53,7 +53,7 @@ def _read_now(value: tuple[Node, int]) -> torch.Tensor:
     if value[0].host is not None:
         return transfer.to_torch(value[0].host)
     (array,) = read([value])  # runs all pending work: a loop's next iteration starts from data
-    execute.release_spent()  # while the devices compute, before waiting for them
+    in_flight.release_spent()  # while the devices compute, before waiting for them
     return transfer.to_torch(transfer.download(array))
 
 

@@ -31,13 +31,8 @@ from torchspmd.runtime.program import Program
 from torchspmd.runtime.run_state import InputLayouts
 from torchspmd.runtime.transfer import upload_leaf
 
-# The in-flight and spent bookkeeping lives in ``in_flight`` and ``upload_leaf`` in
-# ``transfer``; they are re-exported here for the callers that still import them from
-# this module (step/plan.py, step/capture.py, device/host.py).
 __all__ = ["sync", "take_pending", "successors", "wanted_outputs", "set_compile_cache_size",
-           "materialize", "execute", "single_target", "last_program", "compiled_programs",
-           "upload_leaf", "note_in_flight", "in_flight_ids", "release_later", "release_spent",
-           "wait_device_ops"]
+           "materialize", "execute", "single_target", "last_program", "compiled_programs"]
 
 # The compile cache (a registry the design names): graph key -> Program, bounded (LRU).
 _PROGRAMS = LRU(programs_capacity_from_env(), evictions="programs_evicted")

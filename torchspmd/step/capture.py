@@ -29,7 +29,8 @@ from torchspmd.device import index_checks
 from torchspmd.device.tensor import SpmdTensor
 from torchspmd.lazy import provenance
 from torchspmd.lazy.node import Node
-from torchspmd.runtime.execute import sync, upload_leaf
+from torchspmd.runtime.execute import sync
+from torchspmd.runtime.transfer import upload_leaf
 from torchspmd.runtime.graph import Graph, collect
 from torchspmd.step import optim
 from torchspmd.step.places import MAX_DEPTH, Places, find_places, unwalked_slots

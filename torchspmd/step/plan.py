@@ -7,7 +7,7 @@ is donated only when nothing but its own tensor holds it (no alias from a zero-c
 ``copy_``, no pending computation, no tensor kept from an earlier step); otherwise a copy
 is donated instead, so no one ever sees "Array has been deleted". The gradients the step
 replaces are donated too (``recycle.py``), and what a call consumed is freed at the next
-read, while the devices compute (``execute.release_later``).
+read, while the devices compute (``in_flight.release_later``).
 
 Example::
 
@@ -32,7 +32,7 @@ from torchspmd.device.tensor import SpmdTensor
 from torchspmd.lazy.node import Node
 from torchspmd.lowering import RANDOM_OPS
 from torchspmd.lowering.dtypes import to_jax_dtype
-from torchspmd.runtime import execute, ownership, placement, rng, transfer
+from torchspmd.runtime import execute, in_flight, ownership, placement, rng, transfer
 from torchspmd.runtime.cache import LRU
 from torchspmd.runtime.memory import check_fits
 from torchspmd.runtime.metrics import COUNTERS
@@ -160,9 +160,9 @@ class Plan:
         arrays = [v[0].arrays[v[1]] for v in values]
         # What earlier runs consumed (this plan's last call, a program ``inputs`` ran), if
         # no read has freed it yet: it must not count as a holder of any input.
-        execute.release_spent()
+        in_flight.release_spent()
         donated_ids = self.wiring.donated
-        exclusive = (ownership.exclusive(values, arrays, donated_ids, execute.in_flight_ids())
+        exclusive = (ownership.exclusive(values, arrays, donated_ids, in_flight.in_flight_ids())
                      if not first else [False] * len(donated_ids))
         placed = self._placed(arrays)
         # A buffer someone else holds is donated as a copy.
@@ -183,7 +183,7 @@ class Plan:
         outputs = self._launch(call, args, (donated, kept, spare_arrays, *vectors))
         COUNTERS["donated_bytes"] += recycled + sum(
             n for n, alone in zip(self._donated_bytes, exclusive) if alone)
-        execute.release_later((values, arrays, donated, spare_arrays))
+        in_flight.release_later((values, arrays, donated, spare_arrays))
         return Launch(call, outputs)
 
     def _launch(self, call: Call, args: list[SpmdTensor], inputs: tuple) -> list:
@@ -198,7 +198,7 @@ class Plan:
         COUNTERS["executions"] += 1
         self.binding = tuple(weakref.ref(call.tensors[self.captured.sources[i].output]
                                          .handle.storage) for i in self.reads.refilled)
-        execute.note_in_flight(outputs[:1])
+        in_flight.note_in_flight(outputs[:1])
         return outputs
 
     def _placed(self, arrays: list) -> list:
