@@ -17,7 +17,7 @@ import dataclasses
 import math
 import re
 
-__all__ = ["Collective", "read_collectives"]
+__all__ = ["Collective", "CompiledCosts", "read_collectives", "read_compiled"]
 
 _KINDS = ("all-gather", "all-reduce", "reduce-scatter", "all-to-all", "collective-permute")
 # `%name = <result shape> opcode(`: the opcode is the last word before the first `(`
@@ -92,3 +92,26 @@ def read_collectives(hlo: str, devices: int = 1) -> list[Collective]:
         size = max(arrays) if match.group(3) else sum(arrays)
         found.append(Collective(match.group(2), size, _group(line, devices)))
     return found
+
+
+@dataclasses.dataclass(frozen=True)
+class CompiledCosts:
+    """What XLA says about one compiled program, per device: its ``cost_analysis()``
+    flops and bytes accessed, its collectives, and its ``memory_analysis()``."""
+
+    flops: float
+    bytes_accessed: float
+    collectives: tuple[Collective, ...]
+    memory: object  # jax's CompiledMemoryStats
+
+
+def read_compiled(compiled, devices: int) -> CompiledCosts:
+    """:class:`CompiledCosts` of a ``jax.stages.Compiled`` running on ``devices`` devices.
+
+    Example: ``read_compiled(jax.jit(f).lower(x).compile(), 1).flops``.
+    """
+    cost = compiled.cost_analysis()
+    cost = cost[0] if isinstance(cost, (list, tuple)) else cost  # one entry per program
+    return CompiledCosts(float(cost.get("flops", 0.0)), float(cost.get("bytes accessed", 0.0)),
+                         tuple(read_collectives(compiled.as_text(), devices)),
+                         compiled.memory_analysis())

@@ -22,7 +22,7 @@ import dataclasses
 import jax
 import jax.numpy as jnp
 
-from torchspmd.auto_shard.collectives import Collective, read_collectives
+from torchspmd.auto_shard.collectives import Collective, read_compiled
 from torchspmd.auto_shard.roles import Layer
 from torchspmd.sharding import Mesh
 from torchspmd.sharding.partition_spec import named_sharding
@@ -117,9 +117,6 @@ class Programs:
                          donate_argnums=(0, 1))
         compiled = jitted.lower(w, moments, x, gy).compile()
         self.compiled += 1
-        cost = compiled.cost_analysis()
-        cost = cost[0] if isinstance(cost, (list, tuple)) else cost
-        memory = compiled.memory_analysis()
-        return Measured(float(cost.get("flops", 0.0)), float(cost.get("bytes accessed", 0.0)),
-                        tuple(read_collectives(compiled.as_text(), self.mesh.size())),
-                        int(memory.argument_size_in_bytes), int(memory.temp_size_in_bytes))
+        costs = read_compiled(compiled, self.mesh.size())
+        return Measured(costs.flops, costs.bytes_accessed, costs.collectives,
+                        int(costs.memory.argument_size_in_bytes), int(costs.memory.temp_size_in_bytes))

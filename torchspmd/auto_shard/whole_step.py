@@ -24,7 +24,7 @@ import torch
 from torch import nn
 
 from torchspmd.auto_shard.candidates import axes_entry
-from torchspmd.auto_shard.collectives import Collective, read_collectives
+from torchspmd.auto_shard.collectives import Collective, read_compiled
 from torchspmd.debug import pending_program
 from torchspmd.sharding import Mesh, mark_sharding
 
@@ -80,10 +80,8 @@ def whole_step(model: nn.Module, mesh: Mesh, example_inputs: tuple,
     params = [p for p in spmd.parameters() if p.requires_grad]
     grads = torch.autograd.grad(loss, params, allow_unused=True)
     compiled = pending_program([loss, *(g for g in grads if g is not None)]).compile()
-    cost = compiled.cost_analysis()
-    cost = cost[0] if isinstance(cost, (list, tuple)) else cost
-    memory = compiled.memory_analysis()
+    costs = read_compiled(compiled, mesh.size())
+    memory = costs.memory
     used = (memory.argument_size_in_bytes + memory.output_size_in_bytes
             - memory.alias_size_in_bytes + memory.temp_size_in_bytes)
-    return WholeStep(float(cost.get("flops", 0.0)), float(cost.get("bytes accessed", 0.0)),
-                     tuple(read_collectives(compiled.as_text(), mesh.size())), int(used))
+    return WholeStep(costs.flops, costs.bytes_accessed, costs.collectives, int(used))
