@@ -184,3 +184,16 @@ def test_two_index_puts_then_sharding_over_a_sub_mesh_match_cpu(accumulate):
         return t.cpu()
 
     assert torch.equal(program(DEV, Mesh([0, 1, 2, 3], (4,), ("data",))), program("cpu"))
+
+
+def test_an_in_place_write_through_a_transpose_of_a_reshape_matches_cpu():
+    # Seed 0, program 3367: the write went back through the inverse transpose, then an
+    # inverse reshape whose shape inference refused the transposed strides.
+    def program(dev):
+        t = (torch.arange(27, dtype=torch.float32, device=dev) - 13).reshape((3, 3, 3))
+        v = t.transpose(1, 2)
+        v.masked_fill_(v > 0, 1)
+        return t.cpu(), v.cpu()
+
+    for got, want in zip(program(DEV), program("cpu")):
+        assert torch.equal(got, want)

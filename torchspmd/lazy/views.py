@@ -208,7 +208,9 @@ def _conj_back(step, prev, value):
 
 
 def _reshape_back(step, prev, value):
-    return record_unary(aten._unsafe_view.default, value, list(meta_of(prev).shape))
+    # A copy, not a view: the value coming back (e.g. through an inverse transpose) may have
+    # strides no view of that size could have, which a view op's shape inference refuses.
+    return record_unary(aten._reshape_copy.default, value, list(meta_of(prev).shape))
 
 
 def _permute_back(step, prev, value):
