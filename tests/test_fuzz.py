@@ -146,3 +146,10 @@ def test_an_error_inside_a_checkpoint_save_is_classified_by_its_cause():
     wrapped = CheckpointException("save failed", {0: (MeshMismatchError("two meshes"), None)})
     assert classify(wrapped, mixes_device_sets=True).kind == USER
     assert classify(CheckpointException("save failed", {0: (KeyError("k"), None)}), True).kind == INTERNAL
+
+
+def test_a_drawn_op_whose_partner_would_be_too_large_is_skipped_not_raised():
+    """Seed 0, program 3476: a view made a large tensor, and the partner an op drew for it
+    would have been too large for a program; the generator skips that op."""
+    program = generate(0, 3476)
+    assert "def program" in program.source

@@ -72,6 +72,13 @@ def _device_ids(rng: random.Random, everything: bool) -> list[int]:
     return ids
 
 
+MAX_ELEMENTS = 4096  # programs keep every tensor small: fast, and exact to compare
+
+
+class LineSkipped(Exception):
+    """A drawn op that cannot be written with small tensors; the generator draws on."""
+
+
 class Builder:
     """Writes a program line by line, running each line on CPU to keep its state."""
 
@@ -117,7 +124,7 @@ class Builder:
         """Run ``line`` on CPU; keep it if CPU accepts it (and its results are small)."""
         try:
             exec(line, self.env)
-            kept = not any(isinstance(v, torch.Tensor) and v.numel() > 4096
+            kept = not any(isinstance(v, torch.Tensor) and v.numel() > MAX_ELEMENTS
                            for v in self.env.values())
         except Exception:
             kept = False
@@ -140,6 +147,8 @@ class Builder:
         rng = self.rng
         if shape is None:
             shape = tuple(rng.choice(SIZES) for _ in range(rng.choice((1, 2, 2, 3))))
+        if math.prod(shape) > MAX_ELEMENTS:  # a partner for a tensor a view made large
+            raise LineSkipped(f"a fresh tensor of shape {shape} would be too large")
         dtype = dtype or rng.choice(DTYPES)
         name = self.new_name()
         dt = str(dtype)
@@ -216,7 +225,10 @@ def _draw_line(b: Builder, rng: random.Random, in_loop: bool = False) -> None:
     elif choice < 0.455 and not in_loop:
         flow.out_of_memory(b)
     else:
-        ops.random_op(b)
+        try:
+            ops.random_op(b)
+        except LineSkipped:
+            pass  # the lines it emitted before stand; the program goes on
 
 
 def generate(seed: int, index: int) -> Program:
