@@ -40,9 +40,12 @@ def _run_range(start: int, end: int, seed: int, out_dir: str | None,
             command += ["--out", str(out_dir)]
         if shrink:
             command.append("--shrink")
-        child = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                                 env=child_environment())
+        # One pipe for both streams, read as it comes: XLA writes warnings to stderr, and a
+        # second pipe nobody drains would fill up and stop the child.
+        child = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                 text=True, env=child_environment())
         last = start - 1
+        others: collections.deque[str] = collections.deque(maxlen=40)  # for an abort's detail
         for line in child.stdout:
             match = _OUTCOME.match(line)
             if match:
@@ -57,7 +60,9 @@ def _run_range(start: int, end: int, seed: int, out_dir: str | None,
                           end="", flush=True)
             elif line.startswith("    repro: "):
                 print(line, end="", flush=True)
-        stderr = child.stderr.read()
+            else:
+                others.append(line)
+        stderr = "".join(others)
         if child.wait() == 0 or last + 1 >= end:
             break
         aborted = last + 1
@@ -65,12 +70,21 @@ def _run_range(start: int, end: int, seed: int, out_dir: str | None,
         detail = (stderr.strip().splitlines() or ["(no output)"])[-1][:300]
         print(f"[{aborted}] {ABORT}: exit {child.returncode}: {detail}", flush=True)
         if out_dir is not None:
-            path = Path(out_dir) / f"seed{seed}_{aborted}.py"
-            path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_text(repro_script(generate(seed, aborted), Outcome(ABORT, stderr[-2000:])))
-            print(f"    repro: {path}", flush=True)
+            _write_repro(Path(out_dir) / f"seed{seed}_{aborted}.py", seed, aborted, stderr[-2000:])
         start = aborted + 1
     return counts
+
+
+def _write_repro(path: Path, seed: int, index: int, detail: str) -> None:
+    """The aborted program's repro script; if even generating it fails (the generator's
+    own bug), a note saying so, and the run goes on."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        path.write_text(repro_script(generate(seed, index), Outcome(ABORT, detail)))
+    except Exception as e:  # noqa: BLE001  (reported, never fatal to the other jobs)
+        path = path.with_suffix(".txt")
+        path.write_text(f"seed {seed}, program {index}: the generator raised {e!r}\n\n{detail}")
+    print(f"    repro: {path}", flush=True)
 
 
 def fuzz_in_processes(programs: int, seed: int, start: int, jobs: int, out_dir: str | None = None,
