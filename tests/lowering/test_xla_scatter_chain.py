@@ -1,8 +1,8 @@
 """XLA's SPMD partitioner miscompiles two chained scatters into a replicated operand whose
 result is sharded: with 2 or 4 shards, some shards of the second scatter read the first
 one's input. Plain JAX reproduces it (found by the fuzzer, seed 0 program 627), so the
-scatter lowerings put each operand behind an optimization barrier
-(``lowering/indexing.py: _scatter_into``). When this test fails, XLA is fixed: drop the
+indexing lowerings (index_put, put, scatter, scatter_reduce/index_reduce) put each
+scatter's operand behind an optimization barrier (``lowering/indexing.py: _scatter_into``). When this test fails, XLA is fixed: drop the
 barrier."""
 
 import subprocess

@@ -56,10 +56,9 @@ def _conv(x, w, stride, padding, dilation, transposed, output_padding, groups, d
         # XLA:CPU's algebraic simplifier swaps the operands of some input-dilated
         # convolutions into an invalid one and aborts the process (plain-JAX repro:
         # tests/lowering/test_xla_conv_bugs.py). Dilating with an interior pad first gives
-        # it a plain stride-1 convolution, which it leaves alone; same values. It never
-        # swaps a grouped convolution's operands, and for those the pad made XLA's SPMD
-        # partitioner shard the output features into an invalid grouped convolution
-        # (fuzzer, seed 0 program 2853), so grouped ones keep the input dilation.
+        # it a plain stride-1 convolution, which it leaves alone; same values. The abort
+        # was seen on ungrouped convolutions only; grouped ones reach here only as
+        # transposed convolutions and keep XLA's input dilation, as before.
         zero = np.zeros((), x.dtype)
         x = jax.lax.pad(x, zero, [(0, 0, 0)] * 2 + [(lo, hi, s - 1) for (lo, hi), s in zip(pads, stride)])
         pads, stride = [(0, 0)] * nd, (1,) * nd

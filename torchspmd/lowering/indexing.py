@@ -183,7 +183,8 @@ def _reduce_into(x, idx, src, reduce: str, include_self: bool):
     """``scatter_reduce``/``index_reduce`` at index ``idx`` (``.at[]`` syntax) of ``x``."""
     x = _scatter_into(x)
     if not include_self:
-        x = x.at[idx].set(jnp.asarray(_identity(reduce, x.dtype), x.dtype))
+        # Two scatters in a row: the second one's operand needs the barrier too.
+        x = _scatter_into(x.at[idx].set(jnp.asarray(_identity(reduce, x.dtype), x.dtype)))
     if reduce != "mean":
         return getattr(x.at[idx], _AT_METHOD[reduce])(src)
     total = x.at[idx].add(src)
