@@ -58,6 +58,7 @@ class Captured:
     hyper: tuple = ()
     warmup: str = ""  # why this call cannot be replayed ("" when it can)
     index_messages: list | None = None  # the step's index checks (``device/index_checks``)
+    links: tuple = ()  # (Place, container): each must still hold it (``Places.links``)
 
 
 @dataclass
@@ -113,6 +114,7 @@ def capture(fn, args: tuple, kwargs: dict,
                                              for r in flat], after.optimizers,
                         optim.hyperparameters(after.optimizers))
     captured.index_messages = None if flag is None else flag.messages
+    captured.links = tuple(after.links.items())
     captured.warmup = _first_use(before, after)
     if not captured.warmup:
         filled = _outputs(captured, rec, before, after, flat, arg_storages)

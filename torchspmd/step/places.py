@@ -60,6 +60,13 @@ class Place:
         else:
             setattr(self.container, self.key, value)
 
+    def holds(self, value) -> bool:
+        """Whether the slot holds ``value`` (False where the slot is gone)."""
+        try:
+            return self.get() is value
+        except (IndexError, KeyError, TypeError):
+            return False
+
     def __str__(self) -> str:
         name = type(self.container).__name__
         return f"{name}[{self.key!r}]" if self.item else f"{name}.{self.key}"
@@ -76,6 +83,10 @@ class Places:
         self.held: dict[Place, Any] = {}  # place -> tensor or None
         self.optimizers: list[torch.optim.Optimizer] = []
         self.rebindable: dict[Place, Any] = {}  # closure cells and globals holding tensors
+        # Containers of walked slots and the slot holding each (``opt.state[p]`` in
+        # ``opt.state``, a submodule in its parent): a replay finds its slots through
+        # these, so one replaced (``load_state_dict``, a new submodule) means capture again.
+        self.links: dict[Place, Any] = {}
 
     def tensors(self) -> dict[Place, torch.Tensor]:
         return {p: t for p, t in self.held.items() if t is not None}
@@ -183,6 +194,9 @@ def _visit_attributes(obj, places, seen, depth) -> None:
 def _visit_module(module: torch.nn.Module, places, seen, depth) -> None:
     for sub in module.modules():
         seen.add(id(sub))
+        for key, child in sub._modules.items():
+            if child is not None:
+                places.links[_place(sub._modules, key, True)] = child
         for table in (sub._parameters, sub._buffers):
             for key, value in table.items():
                 if isinstance(value, SpmdTensor):
@@ -197,6 +211,12 @@ def _visit_module(module: torch.nn.Module, places, seen, depth) -> None:
 
 def _visit_optimizer(opt: torch.optim.Optimizer, places, seen, depth) -> None:
     places.optimizers.append(opt)
+    places.links[_place(opt, "state", False)] = opt.state
+    places.links[_place(opt, "param_groups", False)] = opt.param_groups
+    for i, group in enumerate(opt.param_groups):
+        places.links[_place(opt.param_groups, i, True)] = group
+    for p, state in opt.state.items():
+        places.links[_place(opt.state, p, True)] = state
     for group in opt.param_groups:
         for key, value in group.items():
             if isinstance(value, SpmdTensor):

@@ -41,6 +41,7 @@ from torchspmd.runtime.program import (SCALAR_KINDS, VECTOR_DTYPES, Program, don
 from torchspmd.sharding.state import new_leaf
 from torchspmd.step import optim
 from torchspmd.step.capture import Captured
+from torchspmd.step.counters import counter_groups, holding_one_value, still_shared
 from torchspmd.step.recycle import Spares
 from torchspmd.step.routes import (ArgSource, ConstSource, RefilledSource, SlotTarget,
                                    StorageSource)
@@ -88,7 +89,9 @@ class Plan:
         self.program = Program(graph)
         self.key = graph.key
         self.ids = execute.single_target(graph) or tuple(range(len(jax.devices())))
-        self.wiring = wiring = wire(captured)
+        # Optimizer step counters holding one value travel as one (``counters.py``).
+        self.shared = holding_one_value(captured, counter_groups(captured))
+        self.wiring = wiring = wire(captured, self.shared)
         self.writes = Writes.of(captured)
         self.reads = Reads.of(captured)
         # Per refilled source, the storage the next call reads: the new tensor the last
@@ -125,11 +128,15 @@ class Plan:
 
     def ready(self) -> bool:
         """Whether the state is as this plan expects: every slot it fills empty, every
-        slot it reads holding the tensor it read (else the step must be captured again)."""
+        slot it reads holding the tensor it read, found through the same containers
+        (else the step must be captured again)."""
         optim.prepare(self.captured.optimizers)  # a float lr set by hand -> device scalar
         reads = self.reads
         for get in reads.empty_getters:
             if get() is not None:
+                return False
+        for place, container in self.captured.links:  # e.g. ``opt.load_state_dict``
+            if not place.holds(container):
                 return False
         return (_hold(reads.held) and
                 (not self.binding or _hold(zip(reads.refilled_getters, self.binding))))
@@ -158,6 +165,8 @@ class Plan:
     def __call__(self, args: list[SpmdTensor], first: bool = False) -> Launch:
         values = self.inputs(args, first)
         arrays = [v[0].arrays[v[1]] for v in values]
+        if not first and not still_shared(self.shared, arrays):
+            raise StalePlan("a step counter was set apart from the others")
         # What earlier runs consumed (this plan's last call, a program ``inputs`` ran), if
         # no read has freed it yet: it must not count as a holder of any input.
         in_flight.release_spent()
@@ -246,7 +255,7 @@ class Plan:
 
     def _compile(self, donated, kept, spare_arrays, vectors) -> None:
         layout = tuple((a.shape, a.dtype, a.sharding) for a in (*donated, *kept, *spare_arrays))
-        key = (self.key, self.wiring.donated, layout)
+        key = (self.key, self.wiring.donated, self.wiring.followers, layout)
         cached = _EXECUTABLES.get(key)
         self._donated_bytes = [a.nbytes for a in donated]
         if cached is not None:  # the same graph captured again (hyperparameters changed)
@@ -290,6 +299,9 @@ def _jitted(program: Program, wiring: Wiring, spares: Spares, inputs: int):
     gradient buffers, and returns its outputs in ``wiring.order``."""
 
     def replay(leaves, spare_arrays, floats, ints, bools):
+        for lead, followers in wiring.followers:  # shared counters: one value
+            for i in followers:
+                leaves[i] = leaves[lead]
         flat = [a for group in program.replay(leaves, floats, ints, bools) for a in group]
         if spare_arrays:  # each new gradient in the layout its spare buffer has
             for j, sharding in zip(wiring.spare_flats, spares.shardings):

@@ -1,0 +1,63 @@
+"""State replaced between calls is the state the next call uses.
+
+A replay finds its state through the containers it was captured with: the optimizer's
+``state`` and ``param_groups``, each parameter's state dict, each submodule in its parent.
+``optimizer.load_state_dict`` (resuming from a checkpoint) and assigning a new submodule
+replace those containers; the next call then captures the step again instead of training
+the old, unreachable tensors. Each test compares every parameter with CPU PyTorch doing
+the same.
+"""
+
+import copy
+
+import torch
+
+import torchspmd as xs
+from tests.step.helpers import DEVICE, assert_params_close, batches, mlp, on_device, train_step
+
+
+def _adam(params):
+    return torch.optim.Adam(params, lr=0.01)
+
+
+def test_loading_another_optimizer_state_between_calls_is_used_by_the_next_call():
+    data = batches(6)
+    # A checkpoint from another run: moments and counters unlike this run's.
+    other = mlp("cpu", seed=3)
+    other_opt = _adam(other.parameters())
+    other_step = train_step(other, other_opt)
+    for x, y in batches(3, seed=7):
+        other_step(x, y)
+    checkpoint = copy.deepcopy(other_opt.state_dict())
+
+    cpu_model, model = mlp("cpu"), mlp(DEVICE)
+    cpu_opt, opt = _adam(cpu_model.parameters()), _adam(model.parameters())
+    cpu_step, step = train_step(cpu_model, cpu_opt), xs.compile(train_step(model, opt))
+    for i, (x, y) in enumerate(data):
+        if i == 3:
+            cpu_opt.load_state_dict(copy.deepcopy(checkpoint))
+            opt.load_state_dict(copy.deepcopy(checkpoint))
+        cpu_step(x, y)
+        step(*on_device(x, y))
+    assert_params_close(model, cpu_model)
+    for state, cpu_state in zip(opt.state.values(), cpu_opt.state.values()):
+        for key in ("step", "exp_avg", "exp_avg_sq"):
+            torch.testing.assert_close(state[key].cpu(), cpu_state[key], rtol=1e-5, atol=1e-6)
+
+
+def test_a_submodule_replaced_between_calls_is_the_one_the_next_call_trains():
+    data = batches(5)
+    cpu_model, model = mlp("cpu"), mlp(DEVICE)
+    cpu_opt = torch.optim.SGD(cpu_model.parameters(), lr=0.1)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    cpu_step, step = train_step(cpu_model, cpu_opt), xs.compile(train_step(model, opt))
+    for i, (x, y) in enumerate(data):
+        if i == 3:  # a fresh head, in the model and in the optimizer
+            torch.manual_seed(5)
+            cpu_model[2] = torch.nn.Linear(16, 4)
+            model[2] = copy.deepcopy(cpu_model[2]).to(DEVICE)
+            cpu_opt.param_groups[0]["params"][2:] = list(cpu_model[2].parameters())
+            opt.param_groups[0]["params"][2:] = list(model[2].parameters())
+        cpu_step(x, y)
+        step(*on_device(x, y))
+    assert_params_close(model, cpu_model)
