@@ -16,6 +16,7 @@ from typing import Union
 
 from torchspmd.device.tensor import SpmdTensor
 from torchspmd.step.capture import Captured
+from torchspmd.step.counters import CounterGroup
 from torchspmd.step.routes import (ArgSource, ArgTarget, RefilledSource, SlotTarget,
                                    StorageSource, StorageTarget)
 
@@ -71,15 +72,22 @@ class Wiring:
     spare_flats: tuple[int, ...]  # their outputs as recorded
     keeps: tuple[KeepsStorageValue | KeepsGradient | None, ...]  # per output
     regrads: tuple  # ``.grad`` slots emptied before the program starts (not recycled)
+    # Shared counters (``counters.py``): per group, the leading source and the sources
+    # the program reads the leader's array in place of.
+    followers: tuple[tuple[int, tuple[int, ...]], ...] = ()
 
 
-def wire(captured: Captured) -> Wiring:
-    """The wiring of ``captured``'s program (see :class:`Wiring`)."""
+def wire(captured: Captured, shared: tuple[CounterGroup, ...] = ()) -> Wiring:
+    """The wiring of ``captured``'s program (see :class:`Wiring`); each ``shared``
+    counter group travels as its leader: read once, not donated (every counter tensor
+    holds its array), returned once."""
     origins, sigs, count = _origins(captured)
-    donated = _donated(captured)
+    origins, dropped = _lead(origins, captured, shared)
+    donated = tuple(i for i in _donated(captured)
+                    if not any(i in group.sources for group in shared))
     spares = _spares(captured, origins)
     spare_flats = tuple(origins[j].flat for j in spares)
-    order = _order(captured, origins, donated, spare_flats, count)
+    order = _order(captured, origins, donated, spare_flats, count, dropped)
     position = {flat: k for k, flat in enumerate(order)}
     origins = tuple(FromProgram(position[o.flat], o.index) if isinstance(o, FromProgram) else o
                     for o in origins)
@@ -89,7 +97,21 @@ def wire(captured: Captured) -> Wiring:
     return Wiring(origins, tuple(sigs), donated,
                   tuple(i for i in range(len(captured.sources)) if i not in set(donated)),
                   order, spares, spare_flats, _keeps(captured, origins, donated, spares),
-                  regrads)
+                  regrads, tuple((g.sources[0], g.sources[1:]) for g in shared))
+
+
+def _lead(origins: list[Origin], captured: Captured, shared: tuple[CounterGroup, ...]
+          ) -> tuple[list[Origin], set[int]]:
+    """``origins`` with every shared counter's new value taken from its group leader's
+    program output; and the program outputs no one reads any more."""
+    alias = {}
+    for group in shared:
+        lead = origins[group.outputs[0]]
+        for j in group.outputs[1:]:
+            alias[origins[j].flat] = lead.flat
+    origins = [FromProgram(alias[o.flat], o.index)
+               if isinstance(o, FromProgram) and o.flat in alias else o for o in origins]
+    return origins, set(alias)
 
 
 def _origins(captured: Captured) -> tuple[list[Origin], list, int]:
@@ -153,10 +175,10 @@ def _spares(captured: Captured, origins: list[Origin]) -> tuple[int, ...]:
 
 
 def _order(captured: Captured, origins: list[Origin], donated: tuple[int, ...],
-           spare_flats: tuple[int, ...], count: int) -> tuple[int, ...]:
-    """The program's ``count`` outputs in the order it returns them: first the new value
-    of each donated input, in the donated inputs' order, then the new gradients that take
-    recycled buffers (``spare_flats``); then the rest.
+           spare_flats: tuple[int, ...], count: int, dropped: set[int]) -> tuple[int, ...]:
+    """The program's ``count`` outputs but ``dropped`` in the order it returns them: first
+    the new value of each donated input, in the donated inputs' order, then the new
+    gradients that take recycled buffers (``spare_flats``); then the rest.
 
     JAX gives each donated buffer to the first output of its shape and dtype still
     without one. Listed in any other order, a parameter's buffer could go to another
@@ -183,7 +205,7 @@ def _order(captured: Captured, origins: list[Origin], donated: tuple[int, ...],
         if flat is not None and flat not in order:
             order.append(flat)
     order += [j for j in spare_flats if j not in order]
-    chosen = set(order)
+    chosen = set(order) | dropped
     return tuple(order + [j for j in range(count) if j not in chosen])
 
 
