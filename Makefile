@@ -1,8 +1,9 @@
 # `make demo` and `make test` set up everything on a fresh machine.
 VENV ?= .venv
 PY := $(VENV)/bin/python
-# Two workers fit this 2-core machine; JAX gets 8 CPU devices in each.
-PYTEST_ARGS ?= -n 2
+# Two workers fit this 2-core machine; JAX gets 8 CPU devices in each. worksteal: a worker
+# that runs out of tests takes some of the other's (a few tests take ~30 s each).
+PYTEST_ARGS ?= -n 2 --dist worksteal
 
 .PHONY: demo test docs setup bench fuzz clean
 

@@ -10,7 +10,7 @@
 #
 #   benchmarks/gpu_check.sh [--dry-run] [RESULTS_FILE]     (default gpu_check_results.txt)
 #
-# --dry-run: the same three sections at tiny sizes on CPU devices (the test suite runs it
+# --dry-run: the same three sections at tiny sizes on CPU devices (the sweep: one point) (the test suite runs it
 # so that this script cannot rot). A section that fails is reported and the next one runs;
 # the exit status is the number of failed sections.
 set -uo pipefail
@@ -34,7 +34,7 @@ cd "$ROOT"
 if [ "$DRY" = 1 ]; then
   TESTS="${GPU_CHECK_TESTS:-tests/debug/test_program_size.py::test_program_size_counts_the_entry_and_leaves_fused_computations_out}"
   GPT_ARGS=(--mesh 1x1 --strategy dp --steps 4 --batch 2 --seq 8 --dim 16 --layers 1 --heads 2)
-  SWEEP_ARGS=(--quick --steps 2 --warmup 2 --no-lazy)
+  SWEEP_ARGS=(--grid smoke --steps 2 --warmup 2 --no-lazy)
   export TORCHSPMD_CPU_DEVICES="${TORCHSPMD_CPU_DEVICES:-1}"
   LIMITS=(120 120 300)
 else

@@ -6,7 +6,7 @@ same model written in JAX (``jax_transformer.py``, one jitted step, same shardin
 state_dict name), and the plain lazy loop with ``xs.sync()``. The three step one after
 the other, step by step, so they see the same background load.
 
-    python benchmarks/sweep.py [--quick | --grid {default,full,gpu}] [--steps 20]
+    python benchmarks/sweep.py [--quick | --grid {default,full,gpu,smoke}] [--steps 20]
         [--warmup 5] [--no-lazy] [--plot sweep.png] [--json results.json]
 
 Families: ``mlp`` (pre-LN GELU MLP blocks, no attention), ``gpt`` (attention + MLP
@@ -70,9 +70,11 @@ class Point:
 
 
 def grid(name: str) -> list[Point]:
-    """The points of ``--grid name`` (``quick``: two small ones, for a smoke test)."""
+    """The points of ``--grid name`` (``quick``: two small ones; ``smoke``: one)."""
     if name == "quick":
         return [Point("mlp", 64, 1, 8, 32), Point("gpt", 64, 1, 8, 32, "fsdp+tp")]
+    if name == "smoke":  # one sharded point: gpu_check.sh --dry-run, in the test suite
+        return [Point("gpt", 64, 1, 8, 32, "fsdp+tp")]
     if name == "gpu":  # one accelerator: large enough that the step is the device's
         return [Point(f, d, L, 32, 128) for f, d, L in
                 (("mlp", 1024, 8), ("gpt", 512, 4), ("gpt", 1024, 8), ("embed", 512, 2))]
@@ -291,7 +293,7 @@ def plot(results: list[dict], path: str) -> None:
 
 def parse_args(argv=None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--grid", default="default", choices=("quick", "default", "full", "gpu"))
+    parser.add_argument("--grid", default="default", choices=("quick", "smoke", "default", "full", "gpu"))
     parser.add_argument("--quick", action="store_true", help="same as --grid quick")
     parser.add_argument("--steps", type=int, default=20, help="timed steps (median of these)")
     parser.add_argument("--warmup", type=int, default=5, help="untimed steps first")

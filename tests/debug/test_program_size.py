@@ -91,3 +91,8 @@ def test_compare_programs_before_the_step_ran_says_so():
         compare_programs(step, SYNTHETIC)
     with pytest.raises(TypeError, match="cannot read a program"):
         compare_programs(SYNTHETIC, 3)
+
+
+def test_program_size_of_a_step_that_has_not_run_says_what_to_do():
+    with pytest.raises(TypeError, match="call the step twice"):
+        program_size(None)

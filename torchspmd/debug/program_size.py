@@ -59,6 +59,12 @@ def program_size(hlo: str) -> ProgramSize:
         >>> size.parameters, size.outputs, size.copies
         (1, 2, 1)
     """
+    if not isinstance(hlo, str):  # ``step.optimized_hlo()`` is None before the first replay
+        raise TypeError(
+            f"torchspmd.debug.program_size: expected the optimized HLO text, got "
+            f"{type(hlo).__name__}. A compiled step has a program only once a call has run it "
+            "(its first call runs lazily): call the step twice, then pass "
+            "step.optimized_hlo().")
     computations, entry_result = _computations(hlo)
     fused = {name for lines in computations.values() for line in lines
              if _opcode(line) == "fusion" for name in _CALLS.findall(line)}
