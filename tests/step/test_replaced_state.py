@@ -1,10 +1,11 @@
 """State replaced between calls is the state the next call uses.
 
 A replay finds its state through the containers it was captured with: the optimizer's
-``state`` and ``param_groups``, each parameter's state dict, each submodule in its parent.
-``optimizer.load_state_dict`` (resuming from a checkpoint) and assigning a new submodule
-replace those containers; the next call then captures the step again instead of training
-the old, unreachable tensors. Each test compares every parameter with CPU PyTorch doing
+``state`` and ``param_groups``, each group's parameters, each parameter's state dict,
+each submodule in its parent. ``optimizer.load_state_dict`` (resuming from a checkpoint),
+assigning a new submodule, a parameter added to a group or frozen (``requires_grad``)
+change what the step would do; the next call then captures the step again instead of
+replaying the old computation. Each test compares every parameter with CPU PyTorch doing
 the same.
 """
 
@@ -58,6 +59,35 @@ def test_a_submodule_replaced_between_calls_is_the_one_the_next_call_trains():
             model[2] = copy.deepcopy(cpu_model[2]).to(DEVICE)
             cpu_opt.param_groups[0]["params"][2:] = list(cpu_model[2].parameters())
             opt.param_groups[0]["params"][2:] = list(model[2].parameters())
+        cpu_step(x, y)
+        step(*on_device(x, y))
+    assert_params_close(model, cpu_model)
+
+
+def test_a_parameter_frozen_between_calls_stops_training_as_on_cpu():
+    data = batches(5)
+    cpu_model, model = mlp("cpu"), mlp(DEVICE)
+    cpu_opt, opt = _adam(cpu_model.parameters()), _adam(model.parameters())
+    cpu_step, step = train_step(cpu_model, cpu_opt), xs.compile(train_step(model, opt))
+    for i, (x, y) in enumerate(data):
+        if i == 3:  # fine-tuning: the first layer stops learning
+            for m in (cpu_model, model):
+                m[0].weight.requires_grad_(False)
+        cpu_step(x, y)
+        step(*on_device(x, y))
+    assert_params_close(model, cpu_model)
+
+
+def test_a_parameter_appended_to_a_group_between_calls_is_trained_as_on_cpu():
+    data = batches(5)
+    cpu_model, model = mlp("cpu"), mlp(DEVICE)
+    cpu_opt = torch.optim.SGD(list(cpu_model.parameters())[:2], lr=0.1)
+    opt = torch.optim.SGD(list(model.parameters())[:2], lr=0.1)
+    cpu_step, step = train_step(cpu_model, cpu_opt), xs.compile(train_step(model, opt))
+    for i, (x, y) in enumerate(data):
+        if i == 3:  # the head joins the first group
+            cpu_opt.param_groups[0]["params"] += list(cpu_model[2].parameters())
+            opt.param_groups[0]["params"] += list(model[2].parameters())
         cpu_step(x, y)
         step(*on_device(x, y))
     assert_params_close(model, cpu_model)

@@ -23,6 +23,7 @@ from __future__ import annotations
 import weakref
 from dataclasses import dataclass, field
 
+import torch
 from torch.utils._pytree import tree_flatten
 
 from torchspmd.device import index_checks
@@ -59,6 +60,10 @@ class Captured:
     warmup: str = ""  # why this call cannot be replayed ("" when it can)
     index_messages: list | None = None  # the step's index checks (``device/index_checks``)
     links: tuple = ()  # (Place, container): each must still hold it (``Places.links``)
+    # (Place, requires_grad) per walked tensor slot: freezing a parameter changes the step
+    grad_modes: tuple = ()
+    # (an optimizer group's params list, its parameters then): one added changes the step
+    group_params: tuple = ()
 
 
 @dataclass
@@ -115,6 +120,11 @@ def capture(fn, args: tuple, kwargs: dict,
                         optim.hyperparameters(after.optimizers))
     captured.index_messages = None if flag is None else flag.messages
     captured.links = tuple(after.links.items())
+    captured.grad_modes = tuple((place, t.requires_grad) for place, t in after.held.items()
+                                if isinstance(t, torch.nn.Parameter) or (
+                                    t is not None and t.requires_grad))
+    captured.group_params = tuple((group["params"], tuple(group["params"]))
+                                  for opt in after.optimizers for group in opt.param_groups)
     captured.warmup = _first_use(before, after)
     if not captured.warmup:
         filled = _outputs(captured, rec, before, after, flat, arg_storages)

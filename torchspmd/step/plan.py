@@ -19,6 +19,7 @@ Example::
 from __future__ import annotations
 
 import math
+import operator
 import time
 import weakref
 from dataclasses import dataclass
@@ -128,15 +129,24 @@ class Plan:
 
     def ready(self) -> bool:
         """Whether the state is as this plan expects: every slot it fills empty, every
-        slot it reads holding the tensor it read, found through the same containers
+        slot it reads holding the tensor it read, found through the same containers, each
+        tensor as trainable as it was, each optimizer group with the same parameters
         (else the step must be captured again)."""
         optim.prepare(self.captured.optimizers)  # a float lr set by hand -> device scalar
         reads = self.reads
         for get in reads.empty_getters:
             if get() is not None:
                 return False
-        for place, container in self.captured.links:  # e.g. ``opt.load_state_dict``
+        captured = self.captured
+        for place, container in captured.links:  # e.g. ``opt.load_state_dict``
             if not place.holds(container):
+                return False
+        for place, requires_grad in captured.grad_modes:  # a parameter frozen or thawed
+            t = place.get()
+            if t is not None and t.requires_grad is not requires_grad:
+                return False
+        for params, then in captured.group_params:  # a parameter added to a group
+            if len(params) != len(then) or not all(map(operator.is_, params, then)):
                 return False
         return (_hold(reads.held) and
                 (not self.binding or _hold(zip(reads.refilled_getters, self.binding))))
