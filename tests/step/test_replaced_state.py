@@ -3,8 +3,8 @@
 A replay finds its state through the containers it was captured with: the optimizer's
 ``state`` and ``param_groups``, each group's parameters, each parameter's state dict,
 each submodule in its parent. ``optimizer.load_state_dict`` (resuming from a checkpoint),
-assigning a new submodule, a parameter added to a group or frozen (``requires_grad``)
-change what the step would do; the next call then captures the step again instead of
+assigning a new submodule, a parameter added to a group or frozen (``requires_grad``),
+``model.eval()`` / ``model.train()`` change what the step would do; the next call then captures the step again instead of
 replaying the old computation. Each test compares every parameter with CPU PyTorch doing
 the same.
 """
@@ -91,3 +91,23 @@ def test_a_parameter_appended_to_a_group_between_calls_is_trained_as_on_cpu():
         cpu_step(x, y)
         step(*on_device(x, y))
     assert_params_close(model, cpu_model)
+
+
+def test_model_eval_and_train_between_calls_switch_dropout_as_on_cpu():
+    torch.manual_seed(0)
+    cpu_model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.Dropout(0.5),
+                                    torch.nn.Linear(16, 4))
+    model = copy.deepcopy(cpu_model).to(DEVICE)
+    step = xs.compile(lambda x: model(x).sum())
+    x = batches(1)[0][0]
+    for _ in range(3):  # captured in training mode: dropout on
+        step(x.to(DEVICE))
+    for m in (model, cpu_model):
+        m.eval()
+    evaluated = step(x.to(DEVICE)).item()
+    torch.testing.assert_close(evaluated, cpu_model(x).sum().item(), rtol=1e-5, atol=1e-6)
+    model.train()
+    trained = step(x.to(DEVICE)).item()  # dropout on again: not the evaluation's value
+    assert trained != evaluated
+    model.eval()
+    assert step(x.to(DEVICE)).item() == evaluated

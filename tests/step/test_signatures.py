@@ -127,3 +127,21 @@ def test_a_host_tensors_signature_holds_its_sharding_by_value():
     assert a._h.value()[0].sharding is not same._h.value()[0].sharding
     assert key_a == key_same and hash(key_a) == hash(key_same)
     assert key_a != key_other
+
+
+def test_autocast_around_a_call_is_part_of_its_signature():
+    """Captured outside autocast, a call inside it runs the autocast ops (bfloat16), as
+    PyTorch does; the next call outside replays the float32 program again."""
+    model = mlp(DEVICE)
+    step = xs.compile(lambda x: model(x))
+    (x, _), = batches(1)
+    for _ in range(2):
+        assert step(x.to(DEVICE)).dtype == torch.float32
+    with torch.autocast("spmd", dtype=torch.bfloat16):
+        inside = step(x.to(DEVICE))
+    assert inside.dtype == torch.bfloat16
+    cpu = mlp("cpu")
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        expected = cpu(x)
+    torch.testing.assert_close(inside.cpu().float(), expected.float(), rtol=2e-2, atol=2e-2)
+    assert step(x.to(DEVICE)).dtype == torch.float32

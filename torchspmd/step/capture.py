@@ -64,6 +64,7 @@ class Captured:
     grad_modes: tuple = ()
     # (an optimizer group's params list, its parameters then): one added changes the step
     group_params: tuple = ()
+    modes: tuple = ()  # (module, training): ``model.eval()`` changes the step
 
 
 @dataclass
@@ -123,6 +124,7 @@ def capture(fn, args: tuple, kwargs: dict,
     captured.grad_modes = tuple((place, t.requires_grad) for place, t in after.held.items()
                                 if isinstance(t, torch.nn.Parameter) or (
                                     t is not None and t.requires_grad))
+    captured.modes = tuple(after.modes)
     captured.group_params = tuple((group["params"], tuple(group["params"]))
                                   for opt in after.optimizers for group in opt.param_groups)
     captured.warmup = _first_use(before, after)

@@ -87,6 +87,8 @@ class Places:
         # ``opt.state``, a submodule in its parent): a replay finds its slots through
         # these, so one replaced (``load_state_dict``, a new submodule) means capture again.
         self.links: dict[Place, Any] = {}
+        # Each walked module and its ``training`` flag (``model.eval()`` changes the step).
+        self.modes: list[tuple[torch.nn.Module, bool]] = []
 
     def tensors(self) -> dict[Place, torch.Tensor]:
         return {p: t for p, t in self.held.items() if t is not None}
@@ -194,6 +196,7 @@ def _visit_attributes(obj, places, seen, depth) -> None:
 def _visit_module(module: torch.nn.Module, places, seen, depth) -> None:
     for sub in module.modules():
         seen.add(id(sub))
+        places.modes.append((sub, sub.training))
         for key, child in sub._modules.items():
             if child is not None:
                 places.links[_place(sub._modules, key, True)] = child

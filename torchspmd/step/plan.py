@@ -130,8 +130,8 @@ class Plan:
     def ready(self) -> bool:
         """Whether the state is as this plan expects: every slot it fills empty, every
         slot it reads holding the tensor it read, found through the same containers, each
-        tensor as trainable as it was, each optimizer group with the same parameters
-        (else the step must be captured again)."""
+        tensor as trainable as it was, each module in the same mode, each optimizer group
+        with the same parameters (else the step must be captured again)."""
         optim.prepare(self.captured.optimizers)  # a float lr set by hand -> device scalar
         reads = self.reads
         for get in reads.empty_getters:
@@ -144,6 +144,9 @@ class Plan:
         for place, requires_grad in captured.grad_modes:  # a parameter frozen or thawed
             t = place.get()
             if t is not None and t.requires_grad is not requires_grad:
+                return False
+        for module, training in captured.modes:  # ``model.eval()``, ``model.train()``
+            if module.training is not training:
                 return False
         for params, then in captured.group_params:  # a parameter added to a group
             if len(params) != len(then) or not all(map(operator.is_, params, then)):

@@ -2,8 +2,8 @@
 
 Two calls share a capture when their arguments have the same structure, the same
 tensor shapes, dtypes, ``requires_grad`` and layouts (shardings, device order), the same
-non-tensor values, and run under the same grad mode: what ``jax.jit`` keys its cache on,
-plus PyTorch's grad mode.
+non-tensor values, and run under the same grad mode and autocast state: what ``jax.jit``
+keys its cache on, plus PyTorch's modes that change which ops run.
 
 Example::
 
@@ -16,7 +16,7 @@ from __future__ import annotations
 import torch
 from torch.utils._pytree import tree_flatten
 
-from torchspmd.device.tensor import SpmdTensor
+from torchspmd.device.tensor import DEVICE, SpmdTensor
 from torchspmd.lowering import jax_private
 
 
@@ -28,7 +28,7 @@ def signature(args: tuple, kwargs: dict, flat: tuple | None = None) -> tuple[tup
     """The cache key of a call, and its spmd tensor arguments in flattening order
     (``flat``: ``tree_flatten((args, kwargs))`` if the caller has it already)."""
     leaves, spec = tree_flatten((args, kwargs)) if flat is None else flat
-    key: list = [spec, torch.is_grad_enabled()]
+    key: list = [spec, torch.is_grad_enabled(), _autocast()]
     tensors: list[SpmdTensor] = []
     for leaf in leaves:
         if isinstance(leaf, SpmdTensor):
@@ -48,6 +48,14 @@ def signature(args: tuple, kwargs: dict, flat: tuple | None = None) -> tuple[tup
                     "tensors, numbers, strings or tuples, or read it from a closure") from None
             key.append((type(leaf), leaf))
     return tuple(key), tensors
+
+
+def _autocast() -> tuple | None:
+    """The spmd device's autocast state (``torch.autocast("spmd", ...)`` changes the ops
+    and dtypes a step records), None when off."""
+    if not torch.is_autocast_enabled(DEVICE.type):
+        return None
+    return torch.get_autocast_dtype(DEVICE.type), torch.is_autocast_cache_enabled()
 
 
 def _tensor_key(t: SpmdTensor) -> tuple:
