@@ -4,7 +4,8 @@ A replay finds its state through the containers it was captured with: the optimi
 ``state`` and ``param_groups``, each group's parameters, each parameter's state dict,
 each submodule in its parent. ``optimizer.load_state_dict`` (resuming from a checkpoint),
 assigning a new submodule, a parameter added to a group or frozen (``requires_grad``),
-``model.eval()`` / ``model.train()`` change what the step would do; the next call then captures the step again instead of
+``model.eval()`` / ``model.train()``, a new optimizer under the name the step uses,
+change what the step would do; the next call then captures the step again instead of
 replaying the old computation. Each test compares every parameter with CPU PyTorch doing
 the same.
 """
@@ -111,3 +112,22 @@ def test_model_eval_and_train_between_calls_switch_dropout_as_on_cpu():
     assert trained != evaluated
     model.eval()
     assert step(x.to(DEVICE)).item() == evaluated
+
+
+def test_a_new_optimizer_bound_to_the_steps_variable_is_the_one_the_next_call_uses():
+    cpu_model, model = mlp("cpu"), mlp(DEVICE)
+    cpu_opt, opt = _adam(cpu_model.parameters()), _adam(model.parameters())
+
+    def cpu_step(x, y):
+        return train_step(cpu_model, cpu_opt)(x, y)
+
+    @xs.compile
+    def step(x, y):
+        return train_step(model, opt)(x, y)
+
+    for i, (x, y) in enumerate(batches(6)):
+        if i == 3:  # a fresh optimizer under the same name: its moments start at zero
+            cpu_opt, opt = _adam(cpu_model.parameters()), _adam(model.parameters())
+        cpu_step(x, y)
+        step(*on_device(x, y))
+    assert_params_close(model, cpu_model)

@@ -89,3 +89,22 @@ def test_a_hand_set_float_lr_on_adam_goes_into_its_device_scalar():
     losses, model = _run(DEVICE, adam, data, compiled=True, hand_set=lrs)
     torch.testing.assert_close(losses, expected, rtol=1e-5, atol=1e-6)
     assert_params_close(model, cpu_model)
+
+
+def test_one_cycle_momentum_changes_adams_betas_each_step_as_on_cpu():
+    """OneCycleLR's cycle_momentum rewrites Adam's ``betas`` tuple every step: a changed
+    tuple is a changed hyperparameter, so each call captures again (correct, slower)."""
+
+    def adam(p):
+        return torch.optim.Adam(p, lr=0.01)
+
+    def one_cycle(opt):
+        return torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=0.05, total_steps=10)
+
+    data = batches(6)
+    expected, cpu_model = _run("cpu", adam, data, one_cycle)
+    before = xs.metrics()["step_recaptures_hyperparameters"]
+    losses, model = _run(DEVICE, adam, data, one_cycle, compiled=True)
+    torch.testing.assert_close(losses, expected, rtol=1e-5, atol=1e-6)
+    assert_params_close(model, cpu_model)
+    assert xs.metrics()["step_recaptures_hyperparameters"] > before

@@ -25,6 +25,7 @@ import torch
 from torchspmd.device.tensor import DEVICE
 from torchspmd.sharding.state import new_leaf
 
+_NUMBERS = (float, int, bool)
 # Optimizers whose tensor learning rate is used by tensor ops only (with capturable=True).
 _TENSOR_LR = (torch.optim.Adam, torch.optim.AdamW)
 
@@ -99,6 +100,9 @@ def hyperparameters(optimizers: list[torch.optim.Optimizer]) -> tuple:
     for i, opt in enumerate(optimizers):
         for j, group in enumerate(opt.param_groups):
             for key, value in group.items():
-                if key != "params" and type(value) in (float, int, bool):
+                # Numbers, and tuples of them (Adam's ``betas``, which OneCycleLR's
+                # cycle_momentum changes every step).
+                if key != "params" and (type(value) in _NUMBERS or type(value) is tuple and all(
+                        type(v) in _NUMBERS for v in value)):
                     found.append((i, j, key, value))
     return tuple(found)

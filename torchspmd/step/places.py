@@ -103,6 +103,10 @@ def find_places(fn: Callable, args: tuple, kwargs: dict) -> Places:
     for root in _roots(fn):
         if isinstance(root.value, SpmdTensor) and root.place is not None:
             places.rebindable[root.place] = root.value
+        elif root.place is not None and not isinstance(root.value, _SKIPPED_TYPES):
+            # A global or closure variable naming a model or an optimizer: rebound to a
+            # new one (``opt = AdamW(...)`` between calls), the step must see the new one.
+            places.links[root.place] = root.value
         _visit(root.value, places, seen, 0)
     return places
 
