@@ -22,6 +22,16 @@ HERE = Path(__file__).parent
 EXPECTED_FAILURES = set((HERE / "opinfo_expected_failures.txt").read_text().split())
 RECORD = os.environ.get("TORCHSPMD_OPINFO_RECORD")
 MAX_SAMPLES = 4
+# Ops whose lowering is a loop per sample (orthogonal polynomials, zeta) or a large
+# reshape-solve: each sample's loop is compiled anew, ~1.5 s each on a cold cache, so
+# they run 2 samples (the suite's 15-minute budget); the others run 4.
+LOOPING = {"special.chebyshev_polynomial_t", "special.chebyshev_polynomial_u",
+           "special.chebyshev_polynomial_v", "special.chebyshev_polynomial_w",
+           "special.shifted_chebyshev_polynomial_t", "special.shifted_chebyshev_polynomial_u",
+           "special.shifted_chebyshev_polynomial_v", "special.shifted_chebyshev_polynomial_w",
+           "special.hermite_polynomial_h", "special.hermite_polynomial_he",
+           "special.laguerre_polynomial_l", "special.legendre_polynomial_p", "special.zeta",
+           "linalg.tensorsolve", "linalg.tensorinv"}
 # Ops whose values come from a random generator cannot equal CPU's draws.
 RANDOM = {"bernoulli", "multinomial", "nn.functional.dropout", "nn.functional.dropout2d",
           "nn.functional.dropout3d", "normal", "rand_like", "randint", "randint_like", "randn",
@@ -68,7 +78,8 @@ def _compare(actual, expected):
 @pytest.mark.parametrize("op,dtype", list(_cases()))
 def test_op_matches_cpu(op, dtype, request):
     try:
-        samples = list(op.sample_inputs("cpu", dtype, requires_grad=False))[:MAX_SAMPLES]
+        count = 2 if op.name in LOOPING else MAX_SAMPLES
+        samples = list(op.sample_inputs("cpu", dtype, requires_grad=False))[:count]
         results = []
         for sample in samples:
             expected = op(sample.input, *sample.args, **sample.kwargs)
