@@ -22,8 +22,23 @@ def _adam(params):
     return torch.optim.Adam(params, lr=0.01)
 
 
+def _side_by_side(change, make_opt=_adam, steps: int = 5):
+    """Train a CPU model and a compiled spmd copy step by step; before step 3, call
+    ``change(cpu_model, cpu_opt)`` and ``change(model, opt)``. Returns both sides."""
+    cpu_model, model = mlp("cpu"), mlp(DEVICE)
+    cpu_opt, opt = make_opt(cpu_model), make_opt(model)
+    cpu_step, step = train_step(cpu_model, cpu_opt), xs.compile(train_step(model, opt))
+    for i, (x, y) in enumerate(batches(steps)):
+        if i == 3:
+            change(cpu_model, cpu_opt)
+            change(model, opt)
+        cpu_step(x, y)
+        step(*on_device(x, y))
+    assert_params_close(model, cpu_model)
+    return (cpu_model, cpu_opt), (model, opt)
+
+
 def test_loading_another_optimizer_state_between_calls_is_used_by_the_next_call():
-    data = batches(6)
     # A checkpoint from another run: moments and counters unlike this run's.
     other = mlp("cpu", seed=3)
     other_opt = _adam(other.parameters())
@@ -32,66 +47,40 @@ def test_loading_another_optimizer_state_between_calls_is_used_by_the_next_call(
         other_step(x, y)
     checkpoint = copy.deepcopy(other_opt.state_dict())
 
-    cpu_model, model = mlp("cpu"), mlp(DEVICE)
-    cpu_opt, opt = _adam(cpu_model.parameters()), _adam(model.parameters())
-    cpu_step, step = train_step(cpu_model, cpu_opt), xs.compile(train_step(model, opt))
-    for i, (x, y) in enumerate(data):
-        if i == 3:
-            cpu_opt.load_state_dict(copy.deepcopy(checkpoint))
-            opt.load_state_dict(copy.deepcopy(checkpoint))
-        cpu_step(x, y)
-        step(*on_device(x, y))
-    assert_params_close(model, cpu_model)
+    def load(model, opt):
+        opt.load_state_dict(copy.deepcopy(checkpoint))
+
+    (_, cpu_opt), (_, opt) = _side_by_side(load, lambda m: _adam(m.parameters()), steps=6)
     for state, cpu_state in zip(opt.state.values(), cpu_opt.state.values()):
         for key in ("step", "exp_avg", "exp_avg_sq"):
             torch.testing.assert_close(state[key].cpu(), cpu_state[key], rtol=1e-5, atol=1e-6)
 
 
+def _sgd(model):
+    return torch.optim.SGD(model.parameters(), lr=0.1)
+
+
 def test_a_submodule_replaced_between_calls_is_the_one_the_next_call_trains():
-    data = batches(5)
-    cpu_model, model = mlp("cpu"), mlp(DEVICE)
-    cpu_opt = torch.optim.SGD(cpu_model.parameters(), lr=0.1)
-    opt = torch.optim.SGD(model.parameters(), lr=0.1)
-    cpu_step, step = train_step(cpu_model, cpu_opt), xs.compile(train_step(model, opt))
-    for i, (x, y) in enumerate(data):
-        if i == 3:  # a fresh head, in the model and in the optimizer
-            torch.manual_seed(5)
-            cpu_model[2] = torch.nn.Linear(16, 4)
-            model[2] = copy.deepcopy(cpu_model[2]).to(DEVICE)
-            cpu_opt.param_groups[0]["params"][2:] = list(cpu_model[2].parameters())
-            opt.param_groups[0]["params"][2:] = list(model[2].parameters())
-        cpu_step(x, y)
-        step(*on_device(x, y))
-    assert_params_close(model, cpu_model)
+    def new_head(model, opt):  # a fresh head, in the model and in the optimizer
+        torch.manual_seed(5)
+        model[2] = torch.nn.Linear(16, 4).to(next(model.parameters()).device)
+        opt.param_groups[0]["params"][2:] = list(model[2].parameters())
+
+    _side_by_side(new_head, _sgd)
 
 
 def test_a_parameter_frozen_between_calls_stops_training_as_on_cpu():
-    data = batches(5)
-    cpu_model, model = mlp("cpu"), mlp(DEVICE)
-    cpu_opt, opt = _adam(cpu_model.parameters()), _adam(model.parameters())
-    cpu_step, step = train_step(cpu_model, cpu_opt), xs.compile(train_step(model, opt))
-    for i, (x, y) in enumerate(data):
-        if i == 3:  # fine-tuning: the first layer stops learning
-            for m in (cpu_model, model):
-                m[0].weight.requires_grad_(False)
-        cpu_step(x, y)
-        step(*on_device(x, y))
-    assert_params_close(model, cpu_model)
+    def freeze(model, opt):  # fine-tuning: the first layer stops learning
+        model[0].weight.requires_grad_(False)
+
+    _side_by_side(freeze, lambda m: _adam(m.parameters()))
 
 
 def test_a_parameter_appended_to_a_group_between_calls_is_trained_as_on_cpu():
-    data = batches(5)
-    cpu_model, model = mlp("cpu"), mlp(DEVICE)
-    cpu_opt = torch.optim.SGD(list(cpu_model.parameters())[:2], lr=0.1)
-    opt = torch.optim.SGD(list(model.parameters())[:2], lr=0.1)
-    cpu_step, step = train_step(cpu_model, cpu_opt), xs.compile(train_step(model, opt))
-    for i, (x, y) in enumerate(data):
-        if i == 3:  # the head joins the first group
-            cpu_opt.param_groups[0]["params"] += list(cpu_model[2].parameters())
-            opt.param_groups[0]["params"] += list(model[2].parameters())
-        cpu_step(x, y)
-        step(*on_device(x, y))
-    assert_params_close(model, cpu_model)
+    def join(model, opt):  # the head joins the first group
+        opt.param_groups[0]["params"] += list(model[2].parameters())
+
+    _side_by_side(join, lambda m: torch.optim.SGD(list(m.parameters())[:2], lr=0.1))
 
 
 def test_model_eval_and_train_between_calls_switch_dropout_as_on_cpu():
