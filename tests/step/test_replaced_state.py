@@ -120,3 +120,15 @@ def test_a_new_optimizer_bound_to_the_steps_variable_is_the_one_the_next_call_us
         cpu_step(x, y)
         step(*on_device(x, y))
     assert_params_close(model, cpu_model)
+
+
+def test_a_list_of_tensors_shortened_between_calls_is_read_as_it_is_now():
+    """A slot that is gone (a list the step reads, popped) means capture again, never an
+    internal IndexError from the check."""
+    buffers = [torch.ones(3).to(DEVICE), (2 * torch.ones(3)).to(DEVICE)]
+    step = xs.compile(lambda x: x + sum(buffers))
+    x = torch.zeros(3).to(DEVICE)
+    for _ in range(3):
+        assert step(x).cpu().tolist() == [3.0] * 3
+    buffers.pop()
+    assert step(x).cpu().tolist() == [1.0] * 3

@@ -60,7 +60,7 @@ class Captured:
     warmup: str = ""  # why this call cannot be replayed ("" when it can)
     index_messages: list | None = None  # the step's index checks (``device/index_checks``)
     links: tuple = ()  # (Place, container): each must still hold it (``Places.links``)
-    # (Place, requires_grad) per walked tensor slot: freezing a parameter changes the step
+    # (tensor, requires_grad) per walked parameter: freezing one changes the step
     grad_modes: tuple = ()
     # (an optimizer group's params list, its parameters then): one added changes the step
     group_params: tuple = ()
@@ -121,12 +121,11 @@ def capture(fn, args: tuple, kwargs: dict,
                         optim.hyperparameters(after.optimizers))
     captured.index_messages = None if flag is None else flag.messages
     captured.links = tuple(after.links.items())
-    captured.grad_modes = tuple((place, t.requires_grad) for place, t in after.held.items()
+    captured.grad_modes = tuple((t, t.requires_grad) for t in after.held.values()
                                 if isinstance(t, torch.nn.Parameter) or (
                                     t is not None and t.requires_grad))
     captured.modes = tuple(after.modes)
-    captured.group_params = tuple((group["params"], tuple(group["params"]))
-                                  for opt in after.optimizers for group in opt.param_groups)
+    captured.group_params = tuple(after.group_params)
     captured.warmup = _first_use(before, after)
     if not captured.warmup:
         filled = _outputs(captured, rec, before, after, flat, arg_storages)

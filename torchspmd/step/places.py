@@ -39,10 +39,16 @@ class Place:
     ident: int = 0  # id(container), for hashing and equality
 
     def get(self):
-        if self.item:
-            return self.container.get(self.key) if isinstance(self.container, dict) else \
-                self.container[self.key]
-        return getattr(self.container, self.key, None)
+        """What the slot holds; None where it holds nothing or is gone (a list shortened
+        since the walk), as for a missing dict key or attribute."""
+        if not self.item:
+            return getattr(self.container, self.key, None)
+        if isinstance(self.container, dict):
+            return self.container.get(self.key)
+        try:
+            return self.container[self.key]
+        except IndexError:
+            return None
 
     def getter(self) -> Callable[[], Any]:
         """``get`` as a callable without a Python frame, for loops over many places."""
@@ -59,13 +65,6 @@ class Place:
             self.container.grad = value
         else:
             setattr(self.container, self.key, value)
-
-    def holds(self, value) -> bool:
-        """Whether the slot holds ``value`` (False where the slot is gone)."""
-        try:
-            return self.get() is value
-        except (IndexError, KeyError, TypeError):
-            return False
 
     def __str__(self) -> str:
         name = type(self.container).__name__
@@ -89,6 +88,9 @@ class Places:
         self.links: dict[Place, Any] = {}
         # Each walked module and its ``training`` flag (``model.eval()`` changes the step).
         self.modes: list[tuple[torch.nn.Module, bool]] = []
+        # Each optimizer group's ``params`` list and its parameters (one appended changes
+        # the step).
+        self.group_params: list[tuple[list, tuple]] = []
 
     def tensors(self) -> dict[Place, torch.Tensor]:
         return {p: t for p, t in self.held.items() if t is not None}
@@ -222,6 +224,7 @@ def _visit_optimizer(opt: torch.optim.Optimizer, places, seen, depth) -> None:
     places.links[_place(opt, "param_groups", False)] = opt.param_groups
     for i, group in enumerate(opt.param_groups):
         places.links[_place(opt.param_groups, i, True)] = group
+        places.group_params.append((group["params"], tuple(group["params"])))
     for p, state in opt.state.items():
         places.links[_place(opt.state, p, True)] = state
     for group in opt.param_groups:

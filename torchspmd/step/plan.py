@@ -139,11 +139,10 @@ class Plan:
                 return False
         captured = self.captured
         for place, container in captured.links:  # e.g. ``opt.load_state_dict``
-            if not place.holds(container):
+            if place.get() is not container:
                 return False
-        for place, requires_grad in captured.grad_modes:  # a parameter frozen or thawed
-            t = place.get()
-            if t is not None and t.requires_grad is not requires_grad:
+        for t, requires_grad in captured.grad_modes:  # a parameter frozen or thawed
+            if t.requires_grad is not requires_grad:
                 return False
         for module, training in captured.modes:  # ``model.eval()``, ``model.train()``
             if module.training is not training:
