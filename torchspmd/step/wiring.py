@@ -82,7 +82,7 @@ def wire(captured: Captured, shared: tuple[CounterGroup, ...] = ()) -> Wiring:
     counter group travels as its leader: read once, not donated (every counter tensor
     holds its array), returned once."""
     origins, sigs, count = _origins(captured)
-    origins, dropped = _lead(origins, captured, shared)
+    origins, dropped = _lead(origins, shared)
     donated = tuple(i for i in _donated(captured)
                     if not any(i in group.sources for group in shared))
     spares = _spares(captured, origins)
@@ -100,7 +100,7 @@ def wire(captured: Captured, shared: tuple[CounterGroup, ...] = ()) -> Wiring:
                   regrads, tuple((g.sources[0], g.sources[1:]) for g in shared))
 
 
-def _lead(origins: list[Origin], captured: Captured, shared: tuple[CounterGroup, ...]
+def _lead(origins: list[Origin], shared: tuple[CounterGroup, ...]
           ) -> tuple[list[Origin], set[int]]:
     """``origins`` with every shared counter's new value taken from its group leader's
     program output; and the program outputs no one reads any more."""
