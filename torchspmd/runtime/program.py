@@ -272,14 +272,17 @@ def _replicated_copy(vector: np.ndarray, sharding) -> jax.Array:
                                   [vector] * len(devices), devices)
 
 
-def donated_first(replay, count: int, donate: tuple[int, ...]):
+def donated_first(replay, count: int, donate: tuple[int, ...],
+                  kept: tuple[int, ...] | None = None):
     """``replay(leaves, *rest)`` taking ``(donated_leaves, kept_leaves, *rest)`` instead.
 
     ``jax.jit`` donates whole arguments, so the leaves at positions ``donate`` (of
-    ``count``) travel as one list, argument 0, and the others as argument 1.
+    ``count``) travel as one list, argument 0, and the others (or only those at
+    positions ``kept``; the rest reach ``replay`` as None) as argument 1.
     """
-    chosen = set(donate)
-    kept = [i for i in range(count) if i not in chosen]
+    if kept is None:
+        chosen = set(donate)
+        kept = [i for i in range(count) if i not in chosen]
 
     def call(donated_arrays, kept_arrays, *rest):
         leaves = [None] * count

@@ -93,6 +93,7 @@ class Plan:
         # Optimizer step counters holding one value travel as one (``counters.py``).
         self.shared = holding_one_value(captured, counter_groups(captured))
         self.wiring = wiring = wire(captured, self.shared)
+        self._unread = frozenset(i for _, followers in wiring.followers for i in followers)
         self.writes = Writes.of(captured)
         self.reads = Reads.of(captured)
         # Per refilled source, the storage the next call reads: the new tensor the last
@@ -226,8 +227,12 @@ class Plan:
         """``arrays`` on the program's devices, in id order; an array already laid out as
         this input was last time is taken as it is (placing costs host time per input)."""
         layouts = self._layouts
+        unread = self._unread
         placed = []
         for i, a in enumerate(arrays):
+            if i in unread:  # a follower counter: the program reads its leader
+                placed.append(a)
+                continue
             sharding = a.sharding
             if sharding is not layouts[i]:
                 # Kept as the new object when equal: an output's layout object is the
@@ -321,8 +326,8 @@ def _jitted(program: Program, wiring: Wiring, spares: Spares, inputs: int):
         return [flat[j] for j in wiring.order]
 
     # keep_unused: the spare buffers are read by no op, only written into.
-    return jax.jit(donated_first(replay, inputs, wiring.donated), donate_argnums=(0, 2),
-                   keep_unused=True)
+    return jax.jit(donated_first(replay, inputs, wiring.donated, wiring.kept),
+                   donate_argnums=(0, 2), keep_unused=True)
 
 
 @dataclass(frozen=True)

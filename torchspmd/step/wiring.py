@@ -66,7 +66,7 @@ class Wiring:
     origins: tuple[Origin, ...]  # per output
     sigs: tuple  # per output, the signature of the node computing it
     donated: tuple[int, ...]  # sources whose buffers the program consumes
-    kept: tuple[int, ...]  # the other sources
+    kept: tuple[int, ...]  # the other sources the program reads (not the followers below)
     order: tuple[int, ...]  # the program's outputs (as recorded) in the order it returns them
     spares: tuple[int, ...]  # outputs whose new gradient takes a recycled buffer
     spare_flats: tuple[int, ...]  # their outputs as recorded
@@ -94,8 +94,11 @@ def wire(captured: Captured, shared: tuple[CounterGroup, ...] = ()) -> Wiring:
     recycled = {captured.outputs[j].target.slot for j in spares}
     regrads = tuple(o.target.slot for o in captured.outputs if _fills_grad(o.target)
                     and o.target.slot not in recycled)
+    # A follower counter is not an input at all: the program reads its leader's array
+    # (each one passed would cost the call a few microseconds, for nothing).
+    unread = set(donated) | {i for group in shared for i in group.sources[1:]}
     return Wiring(origins, tuple(sigs), donated,
-                  tuple(i for i in range(len(captured.sources)) if i not in set(donated)),
+                  tuple(i for i in range(len(captured.sources)) if i not in unread),
                   order, spares, spare_flats, _keeps(captured, origins, donated, spares),
                   regrads, tuple((g.sources[0], g.sources[1:]) for g in shared))
 
