@@ -113,11 +113,14 @@ class Decoder:
 
 
 def decode_loop(decoder: Decoder, params, prompt: np.ndarray, new_tokens: int, clock,
-                compiled: dict) -> tuple[np.ndarray, list[float], int, float]:
+                compiled: dict, read_each: bool = True) -> tuple[np.ndarray, list[float], int, float]:
     """Greedy tokens of a full decode: a prefill and a decode step compiled ahead of time
-    (kept in ``compiled`` for later calls), the cache donated to each step, each token read
-    back as it comes, as a streaming server does. Returns the tokens, [start, the clock
-    time of each new token], the programs compiled and the seconds spent compiling."""
+    (kept in ``compiled`` for later calls), the cache donated to each step. With
+    ``read_each``, each token is read back as it comes, as a streaming server does;
+    without, the steps are launched back to back and the tokens read once at the end.
+    Returns the tokens, [start, the clock time of the first token, of each later token
+    read (with ``read_each``) or of the end], the programs compiled and the seconds spent
+    compiling."""
     batch, length = prompt.shape
     ids = jnp.asarray(prompt)
     start = clock()
@@ -141,7 +144,11 @@ def decode_loop(decoder: Decoder, params, prompt: np.ndarray, new_tokens: int, c
     step = program("step", params, cache, token[:, None], position)
     for i in range(1, new_tokens):
         cache, token = step(params, cache, token[:, None], jnp.int32(length + i - 1))
-        out.append(np.asarray(token))
+        out.append(np.asarray(token) if read_each else token)
+        if read_each:
+            times.append(clock())
+    if not read_each:
+        out = [np.asarray(t) for t in out]
         times.append(clock())
     tokens = np.concatenate([prompt, np.stack(out, axis=1)], axis=1)
     return tokens, [start] + times, len(compiled) - before, compile_s

@@ -1,6 +1,6 @@
 """``compile_generate``: Hugging Face ``generate`` returns CPU's tokens and, with a static
 cache, compiles one prefill program per prompt bucket and one decode program, each token
-after the first being one replayed program.
+after the first being one replayed program (greedy: ``test_greedy_loop.py``).
 
 Models are built once per module; compiled programs are shared across tests through the
 runtime's compile cache, so each test states its counts as what *its* calls ran.
@@ -84,6 +84,8 @@ def test_static_cache_generate_matches_cpu_one_program_per_token(name, sample, r
     tokens, m = generate(model, prompt, sample=sample, seed=3)
     assert torch.equal(tokens, generate(cpu, prompt, sample=sample, seed=3)[0])
     assert_one_program_per_token(m)
+    # greedy: its tokens picked on the device (``test_greedy_loop.py``)
+    assert m["generate_device_loops"] == (0 if sample else 1)
     assert m["graphs_compiled"] <= 2
 
 
@@ -176,6 +178,8 @@ def test_tensor_parallel_generate_matches_cpu_one_program_per_token(name, sample
     tokens, m = generate(model, prompt, sample=sample, seed=3)
     assert torch.equal(tokens, generate(cpu, prompt, sample=sample, seed=3)[0])
     assert_one_program_per_token(m)
+    # greedy: its tokens picked on the device (``test_greedy_loop.py``)
+    assert m["generate_device_loops"] == (0 if sample else 1)
 
 
 def test_llama_tp_plan_shards_attention_and_mlp_over_model_axis(llama_tp):

@@ -38,6 +38,7 @@ from transformers.cache_utils import Cache
 from transformers.modeling_outputs import CausalLMOutputWithPast
 
 from torchspmd.device.tensor import SpmdTensor
+from torchspmd.generation import greedy
 from torchspmd.generation.buckets import Buckets
 from torchspmd.generation.recompiles import RecompileWatch
 from torchspmd.parallel.linear import xla_patched_nn_linear_forward
@@ -71,6 +72,7 @@ class HFGeneration:
         self.cache: Cache | None = None  # the static cache the decode step reads and writes
         self.prompt: _Prompt | None = None  # set while a generate call runs
         self.decode = compile_step(self._decode_step)
+        self.greedy = greedy.GreedyLoop(self)
         self.watch = RecompileWatch(_WARN_AFTER, 'Pass cache_implementation="static" to '
                                     "generate: it compiles one decode program for all tokens")
 
@@ -106,6 +108,8 @@ class HFGeneration:
             # known before the cache is made, which must hold the padded prompt
             self.prompt.length = ids.shape[1]
             self.prompt.bucket = self.buckets.prompt(ids.shape[1])
+        if greedy.may_take(self.model, args, kwargs):
+            kwargs["custom_generate"] = self.greedy  # greedy: the loop runs on the device
         self.watch.start()
         try:
             with _einsum_linears(self.model):
@@ -186,12 +190,24 @@ class HFGeneration:
     def _decode(self, kwargs: dict):
         cache = kwargs.pop("cache")
         self.cache = cache
-        # The cache's tensors are arguments, not state found by the capture: each generate
-        # call makes a new cache, and a replay must read and write the current one.
-        state = [t for layer in cache.layers
-                 for t in (layer.keys, layer.values, layer.cumulative_length)]
-        logits = self.decode(state, **kwargs)
+        logits = self.decode(self.cache_tensors(cache), **kwargs)
         return CausalLMOutputWithPast(logits=logits.cpu(), cache=cache)
+
+    @staticmethod
+    def cache_tensors(cache: Cache) -> list[torch.Tensor]:
+        """A static cache's tensors, as a compiled decode step's argument: they are
+        arguments, not state found by the capture, because each generate call makes a new
+        cache, and a replay must read and write the current one."""
+        return [t for layer in cache.layers
+                for t in (layer.keys, layer.values, layer.cumulative_length)]
+
+    @staticmethod
+    def is_static(cache) -> bool:
+        return _static(cache)
+
+    @staticmethod
+    def cache_length(cache: Cache) -> int:
+        return _cache_length(cache)
 
     def _decode_step(self, state: list, **kwargs):
         # ``state`` holds the very tensors of ``self.cache``, which the model updates in place

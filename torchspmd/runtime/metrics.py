@@ -39,6 +39,10 @@ def reset() -> None:
         # generation: model calls of a decoding loop that compiled again (and, named
         # generate_recompiles_<input>, per input whose shape changed)
         generate_recompiles=0,
+        # greedy generate calls whose tokens after the first were picked on the device
+        # (``generation/greedy.py``), and the decode steps they ran
+        generate_device_loops=0,
+        generate_device_tokens=0,
     )
 
 

@@ -1,0 +1,159 @@
+"""The greedy loop on the device (``torchspmd/generation/greedy.py``).
+
+Greedy ``generate`` with a static cache picks every token after the first on the device:
+one compiled step per token, no read until the end (and one every ``CHECK_EVERY`` tokens
+when rows can end). Its tokens are ``generate``'s own on the CPU: where each row ends,
+what a minimum length holds back, how long the result is. Every call it does not take
+runs ``generate``'s own loop, with CPU's tokens too.
+"""
+
+import pytest
+import torch
+
+import torchspmd
+from torchspmd.generation.greedy import CHECK_EVERY
+
+from tests.hf.models import tiny_gpt2, tiny_llama
+from tests.hf.test_compiled_generate import on_device, prompt_of
+
+NEW_TOKENS = 40  # more than two checks' worth
+
+
+@pytest.fixture(scope="module")
+def llama():
+    return on_device(tiny_llama)
+
+
+@pytest.fixture(scope="module")
+def gpt2():
+    return on_device(tiny_gpt2)
+
+
+def left_padded(batch: int = 3, length: int = 6) -> tuple[torch.Tensor, torch.Tensor]:
+    prompt = prompt_of(length, seed=13, batch=batch)
+    mask = torch.ones_like(prompt)
+    mask[-1, :2] = 0
+    return prompt, mask
+
+
+def greedy(model, prompt, mask, new_tokens=NEW_TOKENS, **options):
+    """Tokens of a greedy ``generate`` (on the host) and the counters the call moved."""
+    device = next(model.parameters()).device
+    torchspmd.sync()
+    torchspmd.reset_metrics()
+    with torch.no_grad():
+        out = model.generate(prompt.to(device), attention_mask=mask.to(device), do_sample=False,
+                             max_new_tokens=new_tokens, cache_implementation="static", **options)
+    sequences = out.sequences if hasattr(out, "sequences") else out  # return_dict_in_generate
+    return sequences.cpu(), torchspmd.metrics()
+
+
+def assert_same_as_cpu(pair, prompt, mask, loops=1, **options):
+    cpu, model = pair
+    tokens, m = greedy(model, prompt, mask, **options)
+    expected = greedy(cpu, prompt, mask, **options)[0]
+    assert tokens.shape == expected.shape
+    assert torch.equal(tokens, expected)
+    assert m["generate_device_loops"] == loops
+    return expected, m
+
+
+@pytest.mark.parametrize("name,new_tokens", [("llama", NEW_TOKENS), ("gpt2", 24)])
+def test_greedy_tokens_after_the_first_are_picked_on_the_device(name, new_tokens, request):
+    # (GPT-2's 32 positions hold the prompt and 24 tokens)
+    prompt, mask = left_padded()
+    mask[:] = 1  # (a padded prompt's prefill runs one more small program: the mask's check)
+    pair = request.getfixturevalue(name)
+    for _ in range(2):  # the second call: every program compiled already
+        _, m = assert_same_as_cpu(pair, prompt, mask, new_tokens=new_tokens,
+                                  min_new_tokens=new_tokens)
+    # the prefill, then one replayed step per later token; no other program runs
+    assert m["generate_device_tokens"] == m["step_replays"] == new_tokens - 1
+    assert m["executions"] == new_tokens
+
+
+def end_token(pair, prompt, mask) -> int:
+    """A token CPU's rows first make at three different steps: the first early, the last
+    past a check."""
+    free = greedy(pair[0], prompt, mask, min_new_tokens=NEW_TOKENS)[0][:, prompt.shape[1]:]
+    for token in sorted(set(free.flatten().tolist())):
+        steps = [(row == token).nonzero()[0, 0].item() if (row == token).any() else None
+                 for row in free]
+        if None not in steps and len(set(steps)) == len(steps) \
+                and min(steps) < 8 and CHECK_EVERY < max(steps) < NEW_TOKENS - 2:
+            return token
+    raise AssertionError(f"no such token in CPU's tokens {free.tolist()}")
+
+
+def test_rows_end_where_cpus_rows_end_and_finished_rows_are_padded(llama):
+    prompt, mask = left_padded()
+    eos = end_token(llama, prompt, mask)
+    expected, m = assert_same_as_cpu(llama, prompt, mask, eos_token_id=eos)
+    # the last row ended between two checks, past the first: the loop stopped early
+    assert CHECK_EVERY < expected.shape[1] - prompt.shape[1] < NEW_TOKENS
+    assert m["generate_device_tokens"] < NEW_TOKENS - 1
+
+
+def test_a_row_ending_on_the_first_token_is_padded_from_then_on(llama):
+    prompt, mask = left_padded()
+    first = greedy(llama[0], prompt, mask, new_tokens=1)[0][0, -1]
+    assert_same_as_cpu(llama, prompt, mask, eos_token_id=int(first))
+
+
+@pytest.mark.parametrize("minimum", [{"min_new_tokens": 12}, {"min_length": 15}])
+def test_a_minimum_length_holds_the_end_back_on_the_device(llama, minimum):
+    prompt, mask = left_padded()
+    eos = end_token(llama, prompt, mask)
+    expected, _ = assert_same_as_cpu(llama, prompt, mask, eos_token_id=eos, **minimum)
+    free = assert_same_as_cpu(llama, prompt, mask, eos_token_id=eos)[0]
+    assert not torch.equal(expected, free)  # the first row's early end was held back
+
+
+def test_any_number_of_tokens_runs_the_one_compiled_step(llama):
+    prompt, mask = left_padded()
+    greedy(llama[1], prompt, mask, new_tokens=8)  # compiled here or by an earlier test
+    for new_tokens in (3, 17, 33):
+        _, m = assert_same_as_cpu(llama, prompt, mask, new_tokens=new_tokens,
+                                  min_new_tokens=new_tokens)
+        assert m["graphs_compiled"] == 0
+        assert m["step_captures"] == 0
+
+
+class Streamer:
+    def __init__(self):
+        self.puts = 0
+
+    def put(self, value):
+        self.puts += 1
+
+    def end(self):
+        pass
+
+
+@pytest.mark.parametrize("options", [
+    {"repetition_penalty": 1.3},  # a logits processor that reads the ids
+    {"streamer": "each token"},  # each token must reach the host as it is made
+    {"return_dict_in_generate": True, "output_scores": True},
+], ids=["processor", "streamer", "scores"])
+def test_calls_the_loop_does_not_take_run_generates_own_loop(llama, options):
+    prompt, mask = left_padded()
+    streamer = options.get("streamer")
+    cpu, model = llama
+    if streamer:
+        options = {"streamer": Streamer()}
+    tokens, m = greedy(model, prompt[:1], mask[:1], new_tokens=6, **options)
+    if streamer:
+        assert options["streamer"].puts == 1 + 6  # the prompt, then each token
+        options = {"streamer": Streamer()}
+    assert torch.equal(tokens, greedy(cpu, prompt[:1], mask[:1], new_tokens=6, **options)[0])
+    assert m["generate_device_loops"] == 0
+
+
+def test_decode_inputs_the_loop_cannot_advance_run_generates_loop_from_there(llama, monkeypatch):
+    from torchspmd.generation.greedy import GreedyLoop
+
+    monkeypatch.setattr(GreedyLoop, "_advances", lambda self, inputs: False)
+    prompt, mask = left_padded()
+    eos = end_token(llama, prompt, mask)
+    _, m = assert_same_as_cpu(llama, prompt, mask, new_tokens=6, eos_token_id=eos)
+    assert m["generate_device_tokens"] == 0

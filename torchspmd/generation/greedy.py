@@ -1,0 +1,271 @@
+"""Greedy decoding with the loop on the device: no host round trip, no ``generate`` Python
+per token.
+
+``generate``'s own loop does a few milliseconds of Python per token (preparing inputs,
+growing the ids and the mask, stopping criteria) and reads every token back before it can
+make the next. For the common case, greedy decoding with a static cache and no logits
+processors, :class:`GreedyLoop` runs the tokens after the first as one compiled step per
+token that also picks the token: the argmax, the end-of-sequence bookkeeping, the next
+step's ids and positions and the token's column in a buffer all stay on the device, so
+the host only launches steps. It reads whether every sequence has finished every
+:data:`CHECK_EVERY` tokens (to stop early), and the tokens once at the end.
+
+The tokens are ``generate``'s, token for token: the same prefill and first token (run by
+``generate``'s own code), then the same argmax of the same logits, the same padding of
+finished rows (``next * unfinished + pad * (1 - unfinished)``) and the same stop (the
+first step after which every row has finished, or ``max_length``). Steps run past that
+stop (at most ``CHECK_EVERY - 1``) only write the cache ``generate`` drops on return.
+
+Any other call (sampling, beam search, logits processors, stop strings, streamers, a
+cache the caller keeps, ``return_dict_in_generate``) runs ``generate``'s own method.
+
+Example::
+
+    loop = GreedyLoop(adaptation)      # hf.HFGeneration, once per model
+    ids = loop(model, input_ids, logits_processor=..., stopping_criteria=...,
+               generation_config=..., **model_kwargs)    # generate's custom_generate
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from transformers.generation.configuration_utils import GenerationMode
+from transformers.generation.logits_process import (MinLengthLogitsProcessor,
+                                                     MinNewTokensLengthLogitsProcessor)
+from transformers.generation.stopping_criteria import EosTokenCriteria, MaxLengthCriteria
+from transformers.generation.utils import GENERATION_MODES_MAPPING
+
+from torchspmd.runtime.metrics import COUNTERS
+from torchspmd.step import compile as compile_step
+
+# Tokens between two reads of the finished flags: each read waits for the device, and
+# each step past the last sequence's end-of-sequence costs one wasted step.
+CHECK_EVERY = 16
+
+# ``generate`` arguments under which it may hand the loop to :class:`GreedyLoop`; any
+# other (a streamer, an assistant, stop strings, output dicts) keeps its own loop.
+_DECIDED_LATER = {"generation_config", "max_new_tokens", "max_length", "min_new_tokens",
+                  "min_length", "cache_implementation",
+                  "do_sample", "num_beams", "attention_mask", "eos_token_id", "pad_token_id",
+                  "use_cache", "input_ids", "inputs"}
+# The inputs a decoder's decode step gets from ``prepare_inputs_for_generation`` that the
+# loop knows how to advance (or that stay as they are).
+_DECODE_INPUTS = {"input_ids", "position_ids", "attention_mask", "cache", "logits_to_keep",
+                  "use_cache"}
+
+
+def may_take(model, args: tuple, kwargs: dict) -> bool:
+    """Whether a ``generate(*args, **kwargs)`` call could be greedy decoding that the loop
+    runs (the final decision, on the merged config, is :meth:`GreedyLoop.__call__`'s)."""
+    if len(args) > 1 or any(key not in _DECIDED_LATER for key, v in kwargs.items()
+                             if v is not None):  # None: the argument's default
+        return False
+    if kwargs.get("do_sample") or (kwargs.get("num_beams") or 1) != 1:
+        return False
+    config = kwargs.get("generation_config") or model.generation_config
+    # (the config's mode: e.g. contrastive search, run by a Hub repository, stays generate's)
+    return config.get_generation_mode() is GenerationMode.GREEDY_SEARCH
+
+
+class GreedyLoop:
+    """``generate``'s ``custom_generate``: greedy decoding on the device (module docstring),
+    every other case handed back to ``generate``'s own method."""
+
+    def __init__(self, adaptation):
+        self.adaptation = adaptation  # hf.HFGeneration: its cache, prompt and forward
+        self.step = compile_step(self._step)
+
+    def __call__(self, model, input_ids, logits_processor, stopping_criteria, generation_config,
+                 **model_kwargs):
+        mode = generation_config.get_generation_mode()
+        if not self._takes(mode, logits_processor, stopping_criteria, generation_config,
+                           model_kwargs):
+            method = getattr(type(model), GENERATION_MODES_MAPPING[mode])
+            return method(model, input_ids, logits_processor=logits_processor,
+                          stopping_criteria=stopping_criteria,
+                          generation_config=generation_config, **model_kwargs)
+        COUNTERS["generate_device_loops"] += 1
+        eos = next((c.eos_token_id for c in stopping_criteria
+                    if isinstance(c, EosTokenCriteria)), None)
+        pad = generation_config._pad_token_tensor
+        batch = input_ids.shape[0]
+        unfinished = torch.ones(batch, dtype=torch.long)
+
+        # The prefill and the first token exactly as ``generate``'s ``_sample``.
+        outputs = model._prefill(input_ids, generation_config, model_kwargs)
+        model_kwargs = model._update_model_kwargs_for_generation(outputs, model_kwargs)
+        logits = outputs.logits[:, -1].to(copy=True, dtype=torch.float32)
+        tokens = torch.argmax(logits_processor(input_ids, logits), dim=-1)
+        if eos is not None:
+            tokens = tokens * unfinished + pad * (1 - unfinished)
+        input_ids = torch.cat([input_ids, tokens[:, None]], dim=-1)
+        unfinished = unfinished & ~stopping_criteria(input_ids, None)
+        left = _max_length(stopping_criteria) - input_ids.shape[1]
+        if unfinished.max() == 0 or left <= 0:
+            return input_ids
+
+        inputs = model.prepare_inputs_for_generation(input_ids, next_sequence_length=1,
+                                                     **model_kwargs)
+        if not self._advances(inputs):
+            return _host_loop(model, input_ids, inputs, model_kwargs, logits_processor,
+                              stopping_criteria, eos, pad, unfinished)
+        ban = MinimumLength.of(logits_processor, input_ids.shape[1])
+        made = self._decode(inputs, eos, pad, ban, unfinished, left)
+        return torch.cat([input_ids, _until_finished(made, unfinished, eos)], dim=-1)
+
+    # -- which calls -------------------------------------------------------------------------
+
+    def _takes(self, mode, logits_processor, stopping_criteria, generation_config,
+               model_kwargs) -> bool:
+        adaptation = self.adaptation
+        if mode is not GenerationMode.GREEDY_SEARCH or not MinimumLength.handles(logits_processor):
+            return False
+        if any(type(c) not in (MaxLengthCriteria, EosTokenCriteria) for c in stopping_criteria):
+            return False
+        if _max_length(stopping_criteria) is None or adaptation.prompt is None:
+            return False
+        if generation_config.return_dict_in_generate or adaptation.model.config.is_encoder_decoder:
+            return False
+        cache = model_kwargs.get("cache")
+        if not adaptation.is_static(cache) or getattr(cache, "_is_user_defined", False):
+            return False
+        tensors = {k for k, v in model_kwargs.items() if isinstance(v, torch.Tensor)}
+        return tensors <= {"attention_mask", "position_ids"}
+
+    def _advances(self, inputs: dict) -> bool:
+        """Whether the loop can advance these decode inputs itself: only the ids and the
+        positions change per token (the 2-D mask is padded to the cache's length)."""
+        if set(inputs) - _DECODE_INPUTS:
+            return False
+        mask = inputs.get("attention_mask")
+        length = self.adaptation.cache_length(inputs["cache"])
+        return mask is None or (mask.ndim == 2 and mask.shape[1] == length)
+
+    # -- the tokens after the first --------------------------------------------------------
+
+    def _decode(self, inputs: dict, eos, pad, ban: "MinimumLength | None", unfinished: torch.Tensor,
+                left: int) -> torch.Tensor:
+        """Run ``left`` steps (fewer when every row finishes); the tokens they made, on the
+        host, one column per step run."""
+        device = self.adaptation.model.device
+        cache = inputs.pop("cache")
+        length = self.adaptation.cache_length(cache)
+        self.adaptation.cache = cache
+        state = self.adaptation.cache_tensors(cache)
+        ids = inputs.pop("input_ids").to(device)
+        positions = inputs.pop("position_ids", None)
+        positions = positions.to(device) if positions is not None else None
+        inputs = {k: v.to(device) if isinstance(v, torch.Tensor) else v for k, v in inputs.items()}
+        flags = unfinished.clone().to(device)
+        made = torch.zeros(ids.shape[0], length, dtype=torch.long).to(device)
+        index = torch.zeros(1, dtype=torch.long).to(device)
+        ends = (eos.reshape(-1).to(device), pad.reshape(1).to(device)) if eos is not None else None
+        # Data, not constants of the program: one program for any prompt and minimum length.
+        bans = None if ban is None else tuple(torch.tensor(v).to(device) for v in ban.tensors())
+        run = 0
+        while run < left:
+            self.step(state, ids, positions, flags, made, index, ends, bans, **inputs)
+            run += 1
+            if ends is not None and run % CHECK_EVERY == 0 and run < left \
+                    and flags.cpu().max() == 0:
+                break
+        COUNTERS["generate_device_tokens"] += run
+        return made.cpu()[:, :run]  # read whole: a slice of each length would be a program
+
+    def _step(self, state: list, ids, positions, flags, made, index, ends, bans, **inputs):
+        # ``state`` holds the very tensors of the adaptation's cache, updated in place
+        logits = self.adaptation.original_forward(cache=self.adaptation.cache, input_ids=ids,
+                                                  position_ids=positions, **inputs).logits
+        scores = logits[:, -1].float()
+        if bans is not None:  # MinimumLength: the banned tokens' scores are -inf while short
+            length, until, banned = bans
+            vocab = torch.arange(scores.shape[-1], device=scores.device)
+            hit = (vocab[:, None] == banned[None, :]).any(dim=-1)
+            scores = torch.where(hit & ((length + index) < until), float("-inf"), scores)
+        tokens = torch.argmax(scores, dim=-1)
+        if ends is not None:
+            eos, pad = ends
+            tokens = tokens * flags + pad * (1 - flags)
+            flags.mul_((tokens[:, None] != eos[None, :]).all(dim=-1).long())
+        ids.copy_(tokens[:, None])
+        if positions is not None:
+            positions.add_(1)
+        made.index_copy_(1, index, tokens[:, None])
+        index.add_(1)
+
+
+@dataclass(frozen=True)
+class MinimumLength:
+    """``generate``'s minimum-length processors as one rule the step applies on the device:
+    while the ids are shorter than ``until``, the ``banned`` tokens (end-of-sequence) score
+    -inf. ``length``: the ids' length before the loop's first step."""
+
+    length: int
+    until: int
+    banned: tuple[int, ...]
+
+    @staticmethod
+    def handles(processors) -> bool:
+        """Whether the loop applies every processor of ``processors``: these two, whose
+        rule depends on the ids' length only, all banning the same tokens."""
+        return (all(type(p) in (MinLengthLogitsProcessor, MinNewTokensLengthLogitsProcessor)
+                    for p in processors)
+                and len({_ids(p.eos_token_id) for p in processors}) <= 1)
+
+    @staticmethod
+    def of(processors, length: int) -> "MinimumLength | None":
+        """The rule of ``processors`` (which :meth:`handles`) from ids of ``length`` on;
+        None when they ban nothing any more."""
+        until = max((p.min_length if isinstance(p, MinLengthLogitsProcessor)
+                     else p.prompt_length_to_skip + p.min_new_tokens for p in processors),
+                    default=0)
+        if until <= length:
+            return None
+        return MinimumLength(length, until, _ids(processors[0].eos_token_id))
+
+    def tensors(self) -> tuple:
+        return self.length, self.until, list(self.banned)
+
+
+def _ids(token_ids) -> tuple[int, ...]:
+    return tuple(torch.as_tensor(token_ids).reshape(-1).tolist())
+
+
+def _max_length(stopping_criteria) -> int | None:
+    lengths = [c.max_length for c in stopping_criteria if isinstance(c, MaxLengthCriteria)]
+    return min(lengths) if lengths else None
+
+
+def _until_finished(made: torch.Tensor, unfinished: torch.Tensor, eos) -> torch.Tensor:
+    """The columns of ``made`` up to the step after which every row had finished (all of
+    them if some row never finishes), as ``generate`` stops."""
+    if eos is None:
+        return made
+    unfinished = unfinished.clone()
+    for t in range(made.shape[1]):
+        unfinished &= ~torch.isin(made[:, t], eos)
+        if unfinished.max() == 0:
+            return made[:, :t + 1]
+    return made
+
+
+def _host_loop(model, input_ids, inputs, model_kwargs, logits_processor, stopping_criteria,
+               eos, pad, unfinished) -> torch.Tensor:
+    """``generate``'s own loop for the calls :class:`GreedyLoop` takes, one token per host
+    round trip, from the first decode step's ``inputs`` on: for decode inputs the device
+    loop cannot advance (a model whose inputs change otherwise per token)."""
+    while True:
+        outputs = model(**inputs, return_dict=True)
+        model_kwargs = model._update_model_kwargs_for_generation(outputs, model_kwargs)
+        logits = outputs.logits[:, -1].to(dtype=torch.float32)
+        tokens = torch.argmax(logits_processor(input_ids, logits), dim=-1)
+        if eos is not None:
+            tokens = tokens * unfinished + pad * (1 - unfinished)
+        input_ids = torch.cat([input_ids, tokens[:, None]], dim=-1)
+        unfinished = unfinished & ~stopping_criteria(input_ids, None)
+        if unfinished.max() == 0:
+            return input_ids
+        inputs = model.prepare_inputs_for_generation(input_ids, next_sequence_length=1,
+                                                     **model_kwargs)
