@@ -161,7 +161,9 @@ def run_model(label, shape, args) -> bool:
     if args.devices > 1:
         torchspmd.generation.parallelize_hf(model, torchspmd.Mesh(list(range(args.devices)),
                                                                   (args.devices,), ("model",)))
-    torchspmd.generation.compile_generate(model)
+    # One cache length for every call (the one-token calls' too), as the JAX loop has.
+    cache_length = torchspmd.generation.Buckets().cache(args.prompt + args.tokens)
+    torchspmd.generation.compile_generate(model, cache_multiple=cache_length)
     device_prompt = prompt.to(torchspmd.device())
     torchspmd.sync()
     ok = True
@@ -179,8 +181,7 @@ def run_model(label, shape, args) -> bool:
     if args.devices > 1:
         mesh = jax.sharding.Mesh(np.array(jax.devices()[:args.devices]), ("model",))
         params = jax_tp_params(params, mesh)
-    decoder = Decoder.of(cpu.config, max_len=torchspmd.generation.Buckets().cache(
-        args.prompt + args.tokens))
+    decoder = Decoder.of(cpu.config, max_len=cache_length)
     jax_rows = []
     for name, read_each in (("pure JAX", False), ("JAX, read", True)):
         compiled: dict = {}  # each variant compiles its own programs (jit's cache would not)

@@ -13,6 +13,8 @@ Example::
 
 from __future__ import annotations
 
+import functools
+
 import torch
 from torch.utils._pytree import tree_flatten
 
@@ -24,7 +26,27 @@ class UnhashableArgument(TypeError):
     """A non-tensor argument of a compiled step cannot be part of its cache key."""
 
 
-def signature(args: tuple, kwargs: dict, flat: tuple | None = None) -> tuple[tuple, list[SpmdTensor]]:
+class Key:
+    """A signature's parts with their hash computed once: a replay looks its key up in the
+    step's cache, and a tuple holding a pytree spec would hash it again on every lookup."""
+
+    __slots__ = ("parts", "_hash")
+
+    def __init__(self, parts: tuple):
+        self.parts = parts
+        self._hash = hash(parts)
+
+    def __hash__(self) -> int:
+        return self._hash
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Key) and self._hash == other._hash and self.parts == other.parts
+
+    def __repr__(self) -> str:
+        return f"Key{self.parts!r}"
+
+
+def signature(args: tuple, kwargs: dict, flat: tuple | None = None) -> tuple[Key, list[SpmdTensor]]:
     """The cache key of a call, and its spmd tensor arguments in flattening order
     (``flat``: ``tree_flatten((args, kwargs))`` if the caller has it already)."""
     leaves, spec = tree_flatten((args, kwargs)) if flat is None else flat
@@ -47,7 +69,7 @@ def signature(args: tuple, kwargs: dict, flat: tuple | None = None) -> tuple[tup
                     "neither a tensor nor hashable, so it cannot key the step's cache; pass "
                     "tensors, numbers, strings or tuples, or read it from a closure") from None
             key.append((type(leaf), leaf))
-    return tuple(key), tensors
+    return Key(tuple(key)), tensors
 
 
 def _autocast() -> tuple | None:
@@ -63,10 +85,16 @@ def _tensor_key(t: SpmdTensor) -> tuple:
     node, index = handle.value() if not handle.view else (None, 0)
     layout = None
     if node is not None and node.arrays is not None:
-        sharding = node.arrays[index].sharding
-        layout = (sharding, tuple(d.id for d in jax_private.device_assignment(sharding)))
+        layout = _layout(node.arrays[index].sharding)
     elif node is not None:
         # The sharding itself (hashed and compared by value), never its id: an id may be
         # reused by another sharding once this one is collected.
         layout = ("pending", node.sharding if node.host is not None else None)
     return (tuple(t.shape), t.dtype, t.requires_grad, bool(handle.view), layout)
+
+
+@functools.lru_cache(maxsize=256)
+def _layout(sharding) -> tuple:
+    """A sharding and its devices in program order (a replay reads the same few layout
+    objects on every call: worked out once each)."""
+    return sharding, tuple(d.id for d in jax_private.device_assignment(sharding))
