@@ -26,7 +26,7 @@ from __future__ import annotations
 import functools
 from typing import Any, Callable
 
-from torch.utils._pytree import tree_flatten, tree_map, tree_unflatten
+from torch.utils._pytree import tree_map
 
 from torchspmd.device import index_checks
 from torchspmd.device.tensor import SpmdTensor
@@ -35,6 +35,7 @@ from torchspmd.runtime import execute, hooks
 from torchspmd.runtime.cache import LRU
 from torchspmd.runtime.metrics import COUNTERS
 from torchspmd.step import optim
+from torchspmd.step.arguments import flatten, unflatten
 from torchspmd.step.capture import capture, first_difference
 from torchspmd.step.plan import Plan, StalePlan
 from torchspmd.step.signature import signature
@@ -161,8 +162,8 @@ def _checked(result_and_flag: tuple, captured) -> Any:
 def _as_bases(args: tuple, kwargs: dict) -> tuple[tuple, dict, tuple]:
     """The arguments with every spmd tensor holding data, views replaced by plain copies
     (a view's chain is part of the program; its data is what the step reads); and their
-    ``tree_flatten``."""
-    leaves, spec = tree_flatten((args, kwargs))
+    leaves and structure (``arguments.flatten``)."""
+    leaves, spec = flatten((args, kwargs))
     values = [t.handle.value() for t in leaves if isinstance(t, SpmdTensor)]
     pending = [v for v in values if v[0].arrays is None]
     if pending:
@@ -171,7 +172,7 @@ def _as_bases(args: tuple, kwargs: dict) -> tuple[tuple, dict, tuple]:
         return args, kwargs, (leaves, spec)
     leaves = [SpmdTensor(Handle.new(t.handle.value(), t.handle.meta), requires_grad=t.requires_grad)
               if isinstance(t, SpmdTensor) and t.handle.view else t for t in leaves]
-    return *tree_unflatten(leaves, spec), (leaves, spec)
+    return *unflatten(leaves, spec), (leaves, spec)
 
 
 def compile(fn: Callable | None = None, *, check_every: int | None = None) -> Any:

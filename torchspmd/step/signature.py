@@ -16,10 +16,10 @@ from __future__ import annotations
 import functools
 
 import torch
-from torch.utils._pytree import tree_flatten
 
 from torchspmd.device.tensor import DEVICE, SpmdTensor
 from torchspmd.lowering import jax_private
+from torchspmd.step.arguments import flatten
 
 
 class UnhashableArgument(TypeError):
@@ -48,8 +48,8 @@ class Key:
 
 def signature(args: tuple, kwargs: dict, flat: tuple | None = None) -> tuple[Key, list[SpmdTensor]]:
     """The cache key of a call, and its spmd tensor arguments in flattening order
-    (``flat``: ``tree_flatten((args, kwargs))`` if the caller has it already)."""
-    leaves, spec = tree_flatten((args, kwargs)) if flat is None else flat
+    (``flat``: ``arguments.flatten((args, kwargs))`` if the caller has it already)."""
+    leaves, spec = flatten((args, kwargs)) if flat is None else flat
     key: list = [spec, torch.is_grad_enabled(), _autocast()]
     tensors: list[SpmdTensor] = []
     for leaf in leaves:
