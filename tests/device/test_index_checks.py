@@ -88,3 +88,44 @@ def test_embedding_id_beyond_the_vocabulary_raises_in_a_compiled_training_step()
     assert torchspmd.metrics()["step_replays"] >= 2
     assert step(_t([3, 4])).item() > 0  # the next step runs, and the weights are readable
     assert emb.weight.cpu().isfinite().all()
+
+
+def test_many_compiled_steps_in_flight_are_checked_without_running_anything_else():
+    """A loop that launches steps ahead of its reads (a decode loop): each step's flag
+    waits its turn; looking at them runs no program (flags compare by identity, not by a
+    tensor ``==``), and a bad step among them still raises at the read."""
+    table = torch.arange(32.).reshape(8, 4).to(DEV)
+    state = torch.zeros(4).to(DEV)
+    slow = torch.eye(384).to(DEV)  # a step the host launches faster than it runs
+
+    @torchspmd.compile
+    def step(ids):
+        state.add_(F.embedding(ids, table).sum(0) + (slow @ slow @ slow).trace() * 0)
+
+    good = _t([1, 2])
+    for _ in range(3):  # captured, then replayed
+        step(good)
+    state.cpu()
+    torchspmd.reset_metrics()
+    for _ in range(20):
+        step(good)
+    assert torchspmd.metrics()["executions"] == 20
+    expected = (3 + 20) * (table[1] + table[2]).cpu()
+    assert torch.equal(state.cpu(), expected)
+    with pytest.raises(IndexError, match="aten.embedding: index out of range"):
+        for ids in ([1, 2], [1, 9], [1, 2]):
+            step(_t(ids))  # raises at a later step once the bad one is done, or at the read
+        state.cpu()
+
+
+def test_flags_compare_by_identity_running_nothing():
+    """Finding a flag in the list of watched ones must not compare tensors: that would run
+    a program and read it in the middle of another check (it raised an internal
+    ValueError from ``list.remove`` in a decode loop)."""
+    from torchspmd.device.index_checks import _Flag
+
+    a, b = torch.zeros((), dtype=torch.int32).to(DEV), torch.zeros((), dtype=torch.int32).to(DEV)
+    torchspmd.sync()
+    torchspmd.reset_metrics()
+    assert _Flag(a, []) != _Flag(b, [])
+    assert torchspmd.metrics()["executions"] == 0

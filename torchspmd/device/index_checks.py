@@ -36,7 +36,7 @@ from torchspmd.runtime import hooks
 __all__ = ["enabled", "set_enabled", "note", "take_flag", "restore_flag", "watch_tensor"]
 
 
-@dataclass
+@dataclass(eq=False)  # by identity: comparing the tensors would be a device op and a read
 class _Flag:
     """A graph's folded flag (an int32 scalar spmd tensor) and the op message per code."""
 
@@ -158,15 +158,19 @@ def watch_tensor(tensor: torch.Tensor, messages: list[str], where: str) -> None:
     _STATE.watched.append(_Flag(tensor, messages, where))
 
 
+_RUNNING = -1  # ``_value``: launched, not finished
+
+
 def _value(flag: _Flag, blocking: bool):
-    """The flag's value if its program has run (and, unless ``blocking``, finished)."""
+    """The flag's value if its program has run (and, unless ``blocking``, finished); None
+    if it has not run, ``_RUNNING`` if it is still running."""
     node, index = flag.tensor._h.value()
     if node.arrays is None:
         return None  # not run yet
     array = node.arrays[index]
     try:
         if not blocking and not array.is_ready():
-            return None
+            return _RUNNING
         return int(np.asarray(array))
     except Exception:  # noqa: BLE001  (the run failed: its own error was raised to its caller)
         return 0
@@ -181,6 +185,11 @@ def _after_run(blocking: bool) -> None:
         code = _value(flag, blocking)
         if code is None:
             continue
+        if code == _RUNNING:
+            # Programs finish in the order they were launched: the later flags are not
+            # ready either (a loop that launches ahead would otherwise look at every
+            # running flag on every call).
+            break
         _STATE.watched.remove(flag)
         if code:
             _STATE.watched.clear()  # one error per bad program; the rest is stale
