@@ -71,7 +71,14 @@ def may_take(model, args: tuple, kwargs: dict) -> bool:
 
 class GreedyLoop:
     """``generate``'s ``custom_generate``: greedy decoding on the device (module docstring),
-    every other case handed back to ``generate``'s own method."""
+    every other case handed back to ``generate``'s own method.
+
+    Example (what ``compile_generate`` sets up; ``generate`` then calls it)::
+
+        loop = GreedyLoop(model._torchspmd_generation)
+        model.generate(ids, max_new_tokens=64, custom_generate=loop,
+                       cache_implementation="static")
+    """
 
     def __init__(self, adaptation):
         self.adaptation = adaptation  # hf.HFGeneration: its cache, prompt and forward
@@ -200,7 +207,14 @@ class GreedyLoop:
 class MinimumLength:
     """``generate``'s minimum-length processors as one rule the step applies on the device:
     while the ids are shorter than ``until``, the ``banned`` tokens (end-of-sequence) score
-    -inf. ``length``: the ids' length before the loop's first step."""
+    -inf. ``length``: the ids' length before the loop's first step.
+
+    Example::
+
+        >>> from transformers.generation.logits_process import MinLengthLogitsProcessor
+        >>> MinimumLength.of([MinLengthLogitsProcessor(12, eos_token_id=2)], 6)
+        MinimumLength(length=6, until=12, banned=(2,))
+    """
 
     length: int
     until: int
