@@ -24,7 +24,8 @@ from torchspmd.lazy import provenance
 from torchspmd.lazy.handle import Handle
 from torchspmd.lazy.node import IDENTITY_OPS, TENSOR, Node, ScalarSlot, TensorMeta
 from torchspmd.lazy.record import freeze, leaf_signature, meta_of, record
-from torchspmd.lazy.schema import SCALAR, SCALARS, STATIC, TENSORS, op_schema
+from torchspmd.lazy.schema import (EXPONENT, SCALAR, SCALARS, SPECIAL_EXPONENTS, STATIC, TENSORS,
+                                   op_schema)
 from torchspmd.lazy.schema import TENSOR as KIND_TENSOR
 from torchspmd.lazy.views import view_step
 from torchspmd.lowering import LOWERINGS, RANDOM_OPS
@@ -158,7 +159,8 @@ def _slot(arg, kind, inputs, metas, scalars):
         inputs.append(handle.value())
         metas.append(handle.meta)
         return TENSOR
-    if kind == STATIC:
+    if kind == STATIC or (kind == EXPONENT and type(arg) in (int, float)
+                          and arg in SPECIAL_EXPONENTS):
         return freeze(arg)
     if kind == TENSORS:  # foreach ops: a list per parameter group, tensors inline
         template = []

@@ -15,10 +15,17 @@ from torch._ops import OpOverload
 
 aten = torch.ops.aten
 
-STATIC, TENSOR, TENSORS, SCALAR, SCALARS = range(5)
+STATIC, TENSOR, TENSORS, SCALAR, SCALARS, EXPONENT = range(6)
 
 # Scalars that decide output shapes must stay static.
 _SHAPE_SCALAR_OPS = {"arange", "linspace", "logspace", "randint", "randint_like", "randperm"}
+
+# A power's exponent: static when it is one XLA and PyTorch compute otherwise than a
+# general power (``x ** 2`` as ``x * x``, ``x ** 0.5`` as a square root), a graph input
+# for any other value (``EXPONENT``; ``device/aten_calls.py`` decides per value). As
+# data, ``x.pow(2)`` in every RMSNorm was a general ``pow`` kernel XLA could not simplify.
+SPECIAL_EXPONENTS = frozenset({-2, -1, 0, 1, 2, 3, -0.5, 0.5})  # PyTorch's own special cases
+_EXPONENT_OPS = {"pow", "pow_"}
 
 
 def _kind(arg: torch.Argument, op_name: str) -> int:
@@ -26,6 +33,8 @@ def _kind(arg: torch.Argument, op_name: str) -> int:
     if "Tensor" in text:
         return TENSORS if text.startswith("List") else TENSOR
     if "number" in text and op_name not in _SHAPE_SCALAR_OPS:
+        if op_name in _EXPONENT_OPS and arg.name == "exponent":
+            return EXPONENT
         return SCALARS if text.startswith("List") else SCALAR
     return STATIC
 

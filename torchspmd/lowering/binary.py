@@ -117,6 +117,11 @@ def pow_tensor_scalar(meta, x, exponent):
     if isinstance(exponent, int) and not isinstance(exponent, bool) and abs(exponent) <= 4:
         # A static small integer power: repeated multiplication, as PyTorch's CPU kernel.
         return lax.integer_pow(x.astype(dtype), exponent).astype(meta.dtype)
+    if isinstance(exponent, float) and float(exponent) in (0.5, -0.5) and is_floating(dtype):
+        # Static (``lazy/schema.SPECIAL_EXPONENTS``): a square root, as PyTorch computes it
+        # (``pow(-inf, 0.5)`` is nan there, not inf; ``pow(-0.0, 0.5)`` is -0.0).
+        root = lax.sqrt(x.astype(dtype)) if float(exponent) > 0 else lax.rsqrt(x.astype(dtype))
+        return root.astype(meta.dtype)
     return _power(x.astype(dtype), cast(exponent, dtype)).astype(meta.dtype)
 
 
