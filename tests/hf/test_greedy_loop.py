@@ -32,17 +32,20 @@ def gpt2():
 def left_padded(batch: int = 3, length: int = 6) -> tuple[torch.Tensor, torch.Tensor]:
     prompt = prompt_of(length, seed=13, batch=batch)
     mask = torch.ones_like(prompt)
-    mask[-1, :2] = 0
+    if batch > 1:
+        mask[-1, :2] = 0
     return prompt, mask
 
 
 def greedy(model, prompt, mask, new_tokens=NEW_TOKENS, **options):
-    """Tokens of a greedy ``generate`` (on the host) and the counters the call moved."""
+    """Tokens of a ``generate`` (greedy unless ``options`` say otherwise), on the host, and
+    the counters the call moved."""
     device = next(model.parameters()).device
     torchspmd.sync()
     torchspmd.reset_metrics()
+    options = {"do_sample": False, **options}
     with torch.no_grad():
-        out = model.generate(prompt.to(device), attention_mask=mask.to(device), do_sample=False,
+        out = model.generate(prompt.to(device), attention_mask=mask.to(device),
                              max_new_tokens=new_tokens, cache_implementation="static", **options)
     sequences = out.sequences if hasattr(out, "sequences") else out  # return_dict_in_generate
     return sequences.cpu(), torchspmd.metrics()
@@ -158,3 +161,32 @@ def test_decode_inputs_the_loop_cannot_advance_run_generates_loop_from_there(lla
     eos = end_token(llama, prompt, mask)
     _, m = assert_same_as_cpu(llama, prompt, mask, new_tokens=6, eos_token_id=eos)
     assert m["generate_device_tokens"] == 0
+
+
+def test_calls_of_every_kind_in_turn_each_give_cpus_tokens(llama):
+    """A user's session: greedy, sampled and streamed calls in turn, batch sizes and
+    prompt lengths changing, the greedy step's state (cache, buffers) never leaking from
+    one call into the next."""
+    cpu, model = llama
+    calls = [({"batch": 3}, {}), ({"batch": 1}, {"do_sample": True}), ({"batch": 2}, {}),
+             ({"batch": 1, "length": 9}, {"streamer": Streamer()}), ({"batch": 3}, {})]
+    for shape, options in calls:
+        prompt, mask = left_padded(**shape)
+        torch.manual_seed(5)
+        tokens, _ = greedy(model, prompt, mask, new_tokens=12, **options)
+        if "streamer" in options:
+            options = {"streamer": Streamer()}
+        torch.manual_seed(5)
+        assert torch.equal(tokens, greedy(cpu, prompt, mask, new_tokens=12, **options)[0])
+
+
+def test_a_failed_call_leaves_the_next_one_cpus_tokens(gpt2):
+    """GPT-2 has 32 positions: asking for more fails in the loop, with the index error
+    naming the op; the next call generates as if nothing had happened."""
+    cpu, model = gpt2
+    prompt, mask = left_padded(batch=2)
+    with pytest.raises(IndexError, match="index out of range"):
+        greedy(model, prompt, mask, new_tokens=40, min_new_tokens=40)
+    tokens, m = greedy(model, prompt, mask, new_tokens=10)
+    assert torch.equal(tokens, greedy(cpu, prompt, mask, new_tokens=10)[0])
+    assert m["generate_device_loops"] == 1
