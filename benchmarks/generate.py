@@ -14,7 +14,7 @@ JAX`` (steps launched back to back, tokens read at the end: the baseline of the 
 and ``JAX, read`` (each token read back as it comes, as a streaming server does).
 
 Without a streamer, the first token's time is a cold call of one token, and a token's
-(T(tokens) - T(1)) / (tokens - 1) of warm calls; with one, the times the tokens reach
+(T(tokens) - T(1)) / (tokens - 1) of warm calls (the median of three); with one, the times the tokens reach
 the host; on the JAX side, the clock after the first token and after the last.
 
     python benchmarks/generate.py [--tokens 256] [--prompt 8] [--devices 1]
@@ -32,6 +32,7 @@ from __future__ import annotations
 import argparse
 import copy
 import os
+import statistics
 import sys
 import time
 
@@ -68,6 +69,7 @@ import torchspmd.generation  # noqa: E402
 from jax_llama import Decoder, decode_loop, params_from_torch  # noqa: E402
 
 clock = time.perf_counter
+REPEATS = 3  # warm measurements per system: the median is printed
 
 
 def llama(layers: int, dim: int, heads: int, kv_heads: int, vocab: int):
@@ -112,7 +114,8 @@ def hf_generate(model, prompt, tokens, streamer=None):
 
 
 def hf_timings(model, prompt, tokens, streamer: bool):
-    """(tokens, first-token seconds of a cold call, warm seconds per token after the first).
+    """(tokens, first-token seconds of a cold call, warm seconds per token after the first:
+    the median of ``REPEATS`` measurements).
 
     With a streamer, from the times the tokens reach the host. Without, from whole calls:
     the cold call of one token is the time to the first; per token, (T(tokens) - T(1)) /
@@ -120,18 +123,23 @@ def hf_timings(model, prompt, tokens, streamer: bool):
     of ``tokens``."""
     if streamer:
         out, cold = hf_generate(model, prompt, tokens, Clock())
-        _, warm = hf_generate(model, prompt, tokens, Clock())
-        return out, cold[1] - cold[0], (warm[-1] - warm[1]) / max(len(warm) - 2, 1)
+        warms = [hf_generate(model, prompt, tokens, Clock())[1] for _ in range(REPEATS)]
+        return out, cold[1] - cold[0], statistics.median(
+            (warm[-1] - warm[1]) / max(len(warm) - 2, 1) for warm in warms)
     _, one = hf_generate(model, prompt, 1)
     out, _ = hf_generate(model, prompt, tokens)
-    _, warm_one = hf_generate(model, prompt, 1)
-    _, warm = hf_generate(model, prompt, tokens)
-    per_token = ((warm[-1] - warm[0]) - (warm_one[-1] - warm_one[0])) / max(tokens - 1, 1)
-    return out, one[-1] - one[0], per_token
+    per_token = []
+    for _ in range(REPEATS):
+        _, warm_one = hf_generate(model, prompt, 1)
+        _, warm = hf_generate(model, prompt, tokens)
+        per_token.append(((warm[-1] - warm[0]) - (warm_one[-1] - warm_one[0]))
+                         / max(tokens - 1, 1))
+    return out, one[-1] - one[0], statistics.median(per_token)
 
 
-def jax_summary(cold, warm, tokens):
-    return cold[1] - cold[0], (warm[-1] - warm[1]) / max(tokens - 1, 1)
+def jax_summary(cold, warms, tokens):
+    return cold[1] - cold[0], statistics.median((w[-1] - w[1]) / max(tokens - 1, 1)
+                                                for w in warms)
 
 
 def jax_tp_params(params, mesh):
@@ -187,8 +195,8 @@ def run_model(label, shape, args) -> bool:
         compiled: dict = {}  # each variant compiles its own programs (jit's cache would not)
         tokens, cold, programs, compile_s = decode_loop(decoder, params, prompt.numpy(),
                                                         args.tokens, clock, compiled, read_each)
-        _, warm, _, _ = decode_loop(decoder, params, prompt.numpy(), args.tokens, clock,
-                                    compiled, read_each)
+        warm = [decode_loop(decoder, params, prompt.numpy(), args.tokens, clock, compiled,
+                            read_each)[1] for _ in range(REPEATS)]
         jax_ok = np.array_equal(tokens, expected.numpy())
         ok &= jax_ok
         jax_rows.append((name, programs, compile_s, *jax_summary(cold, warm, args.tokens),
@@ -205,13 +213,22 @@ def run_model(label, shape, args) -> bool:
         print(f"{name:<10} | {programs:>8} | {compile_s:>9.2f} | {ttft * 1e3:>14.1f} | "
               f"{warm_ms * 1e3:>13.3f} | {ttft / jax_ttft:>6.2f}x, {warm_ms / jax_warm:>6.2f}x    | "
               f"{'PASS' if same else 'FAIL'}")
-    print(f"torchspmd: greedy loops on the device: {loops} of 4 calls (the streamer's calls "
-          f"run generate's own loop); tokens equal CPU: {'PASS' if ok else 'FAIL'}")
+    print(f"torchspmd: greedy loops on the device: {loops} of {2 + 2 * REPEATS} calls (the "
+          f"streamer's calls run generate's own loop); tokens equal CPU: "
+          f"{'PASS' if ok else 'FAIL'}")
     return ok
+
+
+def warm_up_process() -> None:
+    """One tiny program on each side first: the first compile in a process pays one-time
+    set-up (XLA's and LLVM's) that would otherwise land on whichever side runs first."""
+    (torch.ones(2).to(torchspmd.device()) * 2).cpu()
+    jax.block_until_ready(jax.jit(lambda x: x * 2)(np.ones(2, np.float32)))
 
 
 def main(args) -> int:
     torch.set_num_threads(1)
+    warm_up_process()
     if args.layers or args.dim:
         layers, dim = args.layers or 2, args.dim or 64
         models = {"custom": (layers, dim, 4, 2, 128)}
