@@ -65,3 +65,13 @@ def cpu_and_copy(make) -> tuple[nn.Module, nn.Module]:
         warnings.simplefilter("ignore")  # transformers' notes on tiny configs
         model = make()
     return model, copy.deepcopy(model)
+
+
+def on_device(make, **buckets) -> tuple[nn.Module, nn.Module]:
+    """A model in eval mode on the CPU, and its copy on the device with
+    ``compile_generate(copy, **buckets)`` (the generation tests)."""
+    import torchspmd.generation
+
+    cpu, model = cpu_and_copy(make)
+    model.eval().to(torchspmd.device())
+    return cpu.eval(), torchspmd.generation.compile_generate(model, **buckets)

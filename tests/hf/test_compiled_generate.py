@@ -15,7 +15,7 @@ import torchspmd
 import torchspmd.generation
 from torchspmd.generation import RecompileWarning
 
-from tests.hf.models import VOCAB, cpu_and_copy, tiny_gpt2, tiny_llama
+from tests.hf.models import VOCAB, cpu_and_copy, on_device, tiny_gpt2, tiny_llama
 
 NEW_TOKENS = 8
 
@@ -38,22 +38,6 @@ def generate(model, prompt, new_tokens=NEW_TOKENS, cache="static", sample=False,
                              max_new_tokens=new_tokens, min_new_tokens=new_tokens, **extra)
     assert out.device == device
     return out.cpu(), torchspmd.metrics()
-
-
-def on_device(make, **buckets):
-    cpu, model = cpu_and_copy(make)
-    model.eval().to(torchspmd.device())
-    return cpu.eval(), torchspmd.generation.compile_generate(model, **buckets)
-
-
-@pytest.fixture(scope="module")
-def llama():
-    return on_device(tiny_llama)
-
-
-@pytest.fixture(scope="module")
-def gpt2():
-    return on_device(tiny_gpt2)
 
 
 def assert_one_program_per_token(m, new_tokens=NEW_TOKENS):

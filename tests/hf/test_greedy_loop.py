@@ -13,20 +13,9 @@ import torch
 import torchspmd
 from torchspmd.generation.greedy import CHECK_EVERY
 
-from tests.hf.models import tiny_gpt2, tiny_llama
-from tests.hf.test_compiled_generate import on_device, prompt_of
+from tests.hf.test_compiled_generate import prompt_of
 
 NEW_TOKENS = 40  # more than two checks' worth
-
-
-@pytest.fixture(scope="module")
-def llama():
-    return on_device(tiny_llama)
-
-
-@pytest.fixture(scope="module")
-def gpt2():
-    return on_device(tiny_gpt2)
 
 
 def left_padded(batch: int = 3, length: int = 6) -> tuple[torch.Tensor, torch.Tensor]:
