@@ -183,7 +183,7 @@ def run_model(label, shape, args) -> bool:
         rows.append((name, m["graphs_compiled"], m["compile_time_s"], ttft, warm,
                      torch.equal(actual, expected)))
         if not streamer:
-            loops = m["generate_device_loops"]
+            loops, rerun = m["generate_device_loops"], m["ops_rerun"]
 
     params = params_from_torch(cpu.state_dict())
     if args.devices > 1:
@@ -213,9 +213,9 @@ def run_model(label, shape, args) -> bool:
         print(f"{name:<10} | {programs:>8} | {compile_s:>9.2f} | {ttft * 1e3:>14.1f} | "
               f"{warm_ms * 1e3:>13.3f} | {ttft / jax_ttft:>6.2f}x, {warm_ms / jax_warm:>6.2f}x    | "
               f"{'PASS' if same else 'FAIL'}")
-    print(f"torchspmd: greedy loops on the device: {loops} of {2 + 2 * REPEATS} calls (the "
-          f"streamer's calls run generate's own loop); tokens equal CPU: "
-          f"{'PASS' if ok else 'FAIL'}")
+    print(f"torchspmd: ops run again: {rerun}; greedy loops on the device: {loops} of "
+          f"{2 + 2 * REPEATS} calls (the streamer's calls run generate's own loop); tokens "
+          f"equal CPU: {'PASS' if ok else 'FAIL'}")
     return ok
 
 

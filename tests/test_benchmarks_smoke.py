@@ -49,8 +49,9 @@ def test_generate_benchmark_matches_cpu_tokens():
     assert proc.returncode == 0, out + proc.stderr
     assert "tokens equal CPU: PASS" in out, out
     assert "ops run again: 0;" in out, out
-    # one prefill program and one decode program, each token after the first a replay
+    # one prefill program and one greedy step, each token after the first a replay of it
     assert "torchspmd  |        2 |" in out, out
+    assert "greedy loops on the device: 8 of 8 calls" in out, out
 
 
 def test_checkpoint_memory_benchmark_shows_less_temporary_memory():
