@@ -37,6 +37,7 @@ from transformers.generation.logits_process import (MinLengthLogitsProcessor,
 from transformers.generation.stopping_criteria import EosTokenCriteria, MaxLengthCriteria
 from transformers.generation.utils import GENERATION_MODES_MAPPING
 
+from torchspmd.generation import static_cache
 from torchspmd.runtime.metrics import COUNTERS
 from torchspmd.step import compile as compile_step
 
@@ -103,12 +104,8 @@ class GreedyLoop:
         # The prefill and the first token exactly as ``generate``'s ``_sample``.
         outputs = model._prefill(input_ids, generation_config, model_kwargs)
         model_kwargs = model._update_model_kwargs_for_generation(outputs, model_kwargs)
-        logits = outputs.logits[:, -1].to(copy=True, dtype=torch.float32)
-        tokens = torch.argmax(logits_processor(input_ids, logits), dim=-1)
-        if eos is not None:
-            tokens = tokens * unfinished + pad * (1 - unfinished)
-        input_ids = torch.cat([input_ids, tokens[:, None]], dim=-1)
-        unfinished = unfinished & ~stopping_criteria(input_ids, None)
+        input_ids, unfinished = _next_token(input_ids, outputs.logits, logits_processor,
+                                            stopping_criteria, eos, pad, unfinished)
         left = _max_length(stopping_criteria) - input_ids.shape[1]
         if unfinished.max() == 0 or left <= 0:
             return input_ids
@@ -136,7 +133,7 @@ class GreedyLoop:
         if generation_config.return_dict_in_generate or adaptation.model.config.is_encoder_decoder:
             return False
         cache = model_kwargs.get("cache")
-        if not adaptation.is_static(cache) or getattr(cache, "_is_user_defined", False):
+        if not static_cache.is_static(cache) or getattr(cache, "_is_user_defined", False):
             return False
         tensors = {k for k, v in model_kwargs.items() if isinstance(v, torch.Tensor)}
         return tensors <= {"attention_mask", "position_ids"}
@@ -147,7 +144,7 @@ class GreedyLoop:
         if set(inputs) - _DECODE_INPUTS:
             return False
         mask = inputs.get("attention_mask")
-        length = self.adaptation.cache_length(inputs["cache"])
+        length = static_cache.length(inputs["cache"])
         return mask is None or (mask.ndim == 2 and mask.shape[1] == length)
 
     # -- the tokens after the first --------------------------------------------------------
@@ -158,9 +155,9 @@ class GreedyLoop:
         host, one column per step run."""
         device = self.adaptation.model.device
         cache = inputs.pop("cache")
-        length = self.adaptation.cache_length(cache)
+        length = static_cache.length(cache)
         self.adaptation.cache = cache
-        state = self.adaptation.cache_tensors(cache)
+        state = static_cache.tensors(cache)
         ids = inputs.pop("input_ids").to(device)
         positions = inputs.pop("position_ids", None)
         positions = positions.to(device) if positions is not None else None
@@ -247,6 +244,19 @@ def _ids(token_ids) -> tuple[int, ...]:
     return tuple(torch.as_tensor(token_ids).reshape(-1).tolist())
 
 
+def _next_token(input_ids, logits, logits_processor, stopping_criteria, eos, pad,
+                unfinished) -> tuple[torch.Tensor, torch.Tensor]:
+    """One token of ``generate``'s greedy loop on the host, from the model's logits: the
+    argmax of the processed last scores, finished rows padded, the ids grown by a column;
+    the new ids and the rows the stopping criteria leave unfinished."""
+    scores = logits_processor(input_ids, logits[:, -1].to(copy=True, dtype=torch.float32))
+    tokens = torch.argmax(scores, dim=-1)
+    if eos is not None:
+        tokens = tokens * unfinished + pad * (1 - unfinished)
+    input_ids = torch.cat([input_ids, tokens[:, None]], dim=-1)
+    return input_ids, unfinished & ~stopping_criteria(input_ids, None)
+
+
 def _max_length(stopping_criteria) -> int | None:
     lengths = [c.max_length for c in stopping_criteria if isinstance(c, MaxLengthCriteria)]
     return min(lengths) if lengths else None
@@ -273,12 +283,8 @@ def _host_loop(model, input_ids, inputs, model_kwargs, logits_processor, stoppin
     while True:
         outputs = model(**inputs, return_dict=True)
         model_kwargs = model._update_model_kwargs_for_generation(outputs, model_kwargs)
-        logits = outputs.logits[:, -1].to(dtype=torch.float32)
-        tokens = torch.argmax(logits_processor(input_ids, logits), dim=-1)
-        if eos is not None:
-            tokens = tokens * unfinished + pad * (1 - unfinished)
-        input_ids = torch.cat([input_ids, tokens[:, None]], dim=-1)
-        unfinished = unfinished & ~stopping_criteria(input_ids, None)
+        input_ids, unfinished = _next_token(input_ids, outputs.logits, logits_processor,
+                                            stopping_criteria, eos, pad, unfinished)
         if unfinished.max() == 0:
             return input_ids
         inputs = model.prepare_inputs_for_generation(input_ids, next_sequence_length=1,

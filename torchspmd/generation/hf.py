@@ -33,12 +33,11 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 from torch.utils._pytree import tree_map
-from transformers import StaticCache
 from transformers.cache_utils import Cache
 from transformers.modeling_outputs import CausalLMOutputWithPast
 
 from torchspmd.device.tensor import SpmdTensor
-from torchspmd.generation import greedy
+from torchspmd.generation import greedy, static_cache
 from torchspmd.generation.buckets import Buckets
 from torchspmd.generation.recompiles import RecompileWatch
 from torchspmd.parallel.linear import xla_patched_nn_linear_forward
@@ -83,7 +82,7 @@ class HFGeneration:
         model.generate = _wraps(self.generate, self.original_generate)
         model.prepare_inputs_for_generation = _wraps(self.prepare_inputs, self.original_prepare)
         model.create_masks_for_generate = self.masks_for_generate
-        model._prepare_static_cache = _wraps(self.static_cache, self.original_static_cache)
+        model._prepare_static_cache = _wraps(self.prepare_static_cache, self.original_static_cache)
         model.forward = _wraps(self.forward, self.original_forward)
 
     # -- the generate call: bookkeeping on the host --------------------------------------
@@ -121,8 +120,8 @@ class HFGeneration:
         return tree_map(lambda t: t.to(device) if isinstance(t, torch.Tensor) and
                         t.device.type == "cpu" else t, result)
 
-    def static_cache(self, cache_implementation: str, batch_size: int, max_cache_len: int,
-                     *args, **kwargs) -> Cache:
+    def prepare_static_cache(self, cache_implementation: str, batch_size: int,
+                             max_cache_len: int, *args, **kwargs) -> Cache:
         """HF's static cache, its length rounded up to a bucket (and long enough for the
         padded prompt)."""
         if self.prompt is not None:
@@ -133,8 +132,8 @@ class HFGeneration:
     def prepare_inputs(self, input_ids: torch.Tensor, next_sequence_length: int | None = None,
                        cache: Cache | None = None, **kwargs):
         """HF's ``prepare_inputs_for_generation``; a static cache's prefill padded to a bucket."""
-        if self.prompt is not None and _static(cache) and not cache.is_initialized \
-                and input_ids.device.type == "cpu":
+        if self.prompt is not None and static_cache.is_static(cache) \
+                and not cache.is_initialized and input_ids.device.type == "cpu":
             length = input_ids.shape[1] if next_sequence_length is None else next_sequence_length
             bucket = self.buckets.prompt(length)
             self.prompt.length, self.prompt.bucket = length, bucket
@@ -151,9 +150,10 @@ class HFGeneration:
         """In place of HF's 4-D mask made outside the model: the 2-D mask, padded with ones to
         the static cache's length, so the model makes its mask inside the compiled step
         from a tensor whose shape never changes."""
-        if attention_mask is None or attention_mask.ndim != 2 or not _static(cache):
+        if attention_mask is None or attention_mask.ndim != 2 \
+                or not static_cache.is_static(cache):
             return attention_mask
-        length = _cache_length(cache)
+        length = static_cache.length(cache)
         return F.pad(attention_mask, (0, length - attention_mask.shape[1]), value=1)
 
     # -- the model call: on the device ------------------------------------------------------
@@ -163,7 +163,7 @@ class HFGeneration:
         cache = kwargs.get("cache")
         if self.prompt is None or args:
             return self.original_forward(*args, **kwargs)
-        if not _static(cache):
+        if not static_cache.is_static(cache):
             return self._lazy(kwargs)  # shapes change every token: recompiles counted
         if not cache.is_initialized:
             return self._prefill(kwargs)
@@ -190,24 +190,8 @@ class HFGeneration:
     def _decode(self, kwargs: dict):
         cache = kwargs.pop("cache")
         self.cache = cache
-        logits = self.decode(self.cache_tensors(cache), **kwargs)
+        logits = self.decode(static_cache.tensors(cache), **kwargs)
         return CausalLMOutputWithPast(logits=logits.cpu(), cache=cache)
-
-    @staticmethod
-    def cache_tensors(cache: Cache) -> list[torch.Tensor]:
-        """A static cache's tensors, as a compiled decode step's argument: they are
-        arguments, not state found by the capture, because each generate call makes a new
-        cache, and a replay must read and write the current one."""
-        return [t for layer in cache.layers
-                for t in (layer.keys, layer.values, layer.cumulative_length)]
-
-    @staticmethod
-    def is_static(cache) -> bool:
-        return _static(cache)
-
-    @staticmethod
-    def cache_length(cache: Cache) -> int:
-        return _cache_length(cache)
 
     def _decode_step(self, state: list, **kwargs):
         # ``state`` holds the very tensors of ``self.cache``, which the model updates in place
@@ -285,14 +269,6 @@ def _wraps(method, original):
     def call(*args, **kwargs):
         return method(*args, **kwargs)
     return functools.update_wrapper(call, original)
-
-
-def _static(cache) -> bool:
-    return isinstance(cache, StaticCache)
-
-
-def _cache_length(cache: Cache) -> int:
-    return cache.get_mask_sizes(1, 0)[0]
 
 
 def _pad_right(t: torch.Tensor, length: int, fill) -> torch.Tensor:

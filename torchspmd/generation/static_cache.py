@@ -1,0 +1,34 @@
+"""A Hugging Face static cache as the compiled decode steps see it: whether a cache is
+one, its length, and its tensors as a step's argument. Shared by ``hf`` (the adaptation
+of ``generate``) and ``greedy`` (its loop on the device).
+
+Example::
+
+    if is_static(cache):
+        step(tensors(cache), ...)        # the cache's keys, values and lengths
+        length(cache)                    # the positions it holds
+"""
+
+from __future__ import annotations
+
+import torch
+from transformers import StaticCache
+from transformers.cache_utils import Cache
+
+
+def is_static(cache) -> bool:
+    """Whether ``cache`` is a static cache (fixed shapes: one decode program)."""
+    return isinstance(cache, StaticCache)
+
+
+def length(cache: Cache) -> int:
+    """How many positions the cache holds."""
+    return cache.get_mask_sizes(1, 0)[0]
+
+
+def tensors(cache: Cache) -> list[torch.Tensor]:
+    """The cache's tensors, as a compiled decode step's argument: they are arguments, not
+    state found by the capture, because each generate call makes a new cache, and a
+    replay must read and write the current one."""
+    return [t for layer in cache.layers
+            for t in (layer.keys, layer.values, layer.cumulative_length)]
