@@ -227,7 +227,10 @@ def test_batch_one_decode_program_copies_no_weight(llama):
     prompt = prompt_of(5)
     tokens, m = generate(model, prompt)
     assert torch.equal(tokens, generate(cpu, prompt)[0])
-    assert weight_copies(model._torchspmd_generation.decode.optimized_hlo(), model) == []
+    generate(model, prompt, sample=True)  # generate's own loop: the plain decode step
+    adaptation = model._torchspmd_generation
+    for step in (adaptation.greedy.step, adaptation.decode):  # greedy's step, and that one
+        assert weight_copies(step.optimized_hlo(), model) == []
     # only while generating: afterwards the Linears are as they were
     assert all("forward" not in m.__dict__ for m in model.modules() if isinstance(m, torch.nn.Linear))
 
