@@ -96,9 +96,9 @@ def wire(captured: Captured, shared: tuple[CounterGroup, ...] = ()) -> Wiring:
                     and o.target.slot not in recycled)
     # A follower counter is not an input at all: the program reads its leader's array
     # (each one passed would cost the call a few microseconds, for nothing).
-    unread = set(donated) | {i for group in shared for i in group.sources[1:]}
+    not_kept = set(donated) | {i for group in shared for i in group.sources[1:]}
     return Wiring(origins, tuple(sigs), donated,
-                  tuple(i for i in range(len(captured.sources)) if i not in unread),
+                  tuple(i for i in range(len(captured.sources)) if i not in not_kept),
                   order, spares, spare_flats, _keeps(captured, origins, donated, spares),
                   regrads, tuple((g.sources[0], g.sources[1:]) for g in shared))
 
