@@ -14,8 +14,9 @@ JAX`` (steps launched back to back, tokens read at the end: the baseline of the 
 and ``JAX, read`` (each token read back as it comes, as a streaming server does).
 
 Without a streamer, the first token's time is a cold call of one token, and a token's
-(T(tokens) - T(1)) / (tokens - 1) of warm calls (the median of three); with one, the times the tokens reach
-the host; on the JAX side, the clock after the first token and after the last.
+(T(tokens) - T(1)) / (tokens - 1) of warm calls (the median of three); with one, the
+times the tokens reach the host; on the JAX side, the clock after the first token and
+after the last.
 
     python benchmarks/generate.py [--tokens 256] [--prompt 8] [--devices 1]
         [--models tiny,large] [--layers L --dim D]
@@ -179,9 +180,9 @@ def run_model(label, shape, args) -> bool:
         torchspmd.reset_metrics()
         actual, ttft, warm = hf_timings(model, device_prompt, args.tokens, streamer)
         m = torchspmd.metrics()
-        ok &= torch.equal(actual, expected)
-        rows.append((name, m["graphs_compiled"], m["compile_time_s"], ttft, warm,
-                     torch.equal(actual, expected)))
+        same = torch.equal(actual, expected)
+        ok &= same
+        rows.append((name, m["graphs_compiled"], m["compile_time_s"], ttft, warm, same))
         if not streamer:
             loops, rerun = m["generate_device_loops"], m["ops_rerun"]
 

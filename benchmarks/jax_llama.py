@@ -113,7 +113,8 @@ class Decoder:
 
 
 def decode_loop(decoder: Decoder, params, prompt: np.ndarray, new_tokens: int, clock,
-                compiled: dict, read_each: bool = True) -> tuple[np.ndarray, list[float], int, float]:
+                compiled: dict, read_each: bool = True
+                ) -> tuple[np.ndarray, list[float], int, float]:
     """Greedy tokens of a full decode: a prefill and a decode step compiled ahead of time
     (kept in ``compiled`` for later calls), the cache donated to each step. With
     ``read_each``, each token is read back as it comes, as a streaming server does;
