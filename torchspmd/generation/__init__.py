@@ -2,9 +2,10 @@
 
 Modules, one idea each: ``buckets`` (the sizes prompts and caches are padded to),
 ``recompiles`` (counting and warning about loops that recompile), ``hf`` (the Hugging Face
-adaptation), ``greedy`` (greedy decoding with its loop on the device) and ``hf_tp``
-(Hugging Face tensor-parallel plans); nothing imports the last three before first use, so
-``import torchspmd`` never imports ``transformers``.
+adaptation), ``greedy`` (greedy decoding with its loop on the device), ``static_cache``
+(a static cache as the compiled steps see it) and ``hf_tp`` (Hugging Face tensor-parallel
+plans); nothing imports the last four before first use, so ``import torchspmd`` never
+imports ``transformers``.
 
 Example::
 
