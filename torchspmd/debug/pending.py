@@ -28,7 +28,7 @@ from torchspmd.lowering.annotation_ops import FULL_TO_SHARD, SHARD_TO_FULL, SHAR
 from torchspmd.runtime import placement
 from torchspmd.runtime.graph import Graph, collect
 from torchspmd.runtime.metrics import COUNTERS
-from torchspmd.runtime.program import SCALAR_KINDS, VECTOR_DTYPES, Program
+from torchspmd.runtime.program import Program, vectors_of
 from torchspmd.sharding import state
 from torchspmd.sharding.hlo_text import sharding_to_hlo_text
 
@@ -101,8 +101,7 @@ def _lowered(graph: Graph):
     ids = _device_ids(graph)
     program = Program(graph)
     flat = [s for n in graph.nodes for s in n.scalars]
-    vectors = [np.array([s for s, k in zip(flat, program.scalar_kinds) if k is kind], dtype=dt)
-               for kind, dt in zip(SCALAR_KINDS, VECTOR_DTYPES)]
+    vectors = vectors_of(program, flat)
     layouts = [_leaf_layout(node, i, ids) for node, i in graph.leaves]
     traced = COUNTERS["graphs_compiled"]
     try:

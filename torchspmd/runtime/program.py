@@ -40,10 +40,11 @@ class Program:
         # Each step's scalar inputs: which vector (float, int or bool) each comes from.
         self.step_kinds = [_scalar_kinds(sig) for sig, _ in self.steps]
         self.scalar_kinds = [kind for kinds in self.step_kinds for kind in kinds]
-        # Per vector (float, int, bool): the positions of its scalars in the graph's flat
-        # list of scalars, worked out once rather than filtered on every run.
-        self.vector_positions = [[i for i, k in enumerate(self.scalar_kinds) if k is kind]
-                                 for kind in SCALAR_KINDS]
+        # Per vector (float, int, bool): the positions in the graph's flat list of scalars
+        # of the values it holds, worked out once rather than filtered on every run; and
+        # per scalar, its index in its vector (equal scalars, ``graph.repeats``, share one).
+        self.vector_positions, self.scalar_index = _vector_layout(self.scalar_kinds,
+                                                                  graph.repeats)
         self.output_avals = output_avals(graph)  # what donated buffers may become
         self.manual = manual_steps(self.steps)
         check_region(self.steps, self.manual, self.roots)
@@ -105,9 +106,7 @@ class Program:
         devices the program runs on, where its scalar vectors are kept between runs
         (``None``: they travel from the host on every call).
         """
-        flat = [s for n in graph.nodes for s in n.scalars]
-        vectors = [np.array([flat[i] for i in positions], dtype=dt)
-                   for positions, dt in zip(self.vector_positions, VECTOR_DTYPES)]
+        vectors = vectors_of(self, [s for n in graph.nodes for s in n.scalars])
         vectors = self.placed_vectors(vectors, ids)
         # Layouts only: holding the arrays would keep last step's buffers alive.
         self._last_args = ([(a.aval, a.sharding) for a in leaf_arrays], vectors, donate, pairs)
@@ -207,9 +206,9 @@ class Program:
         Example: ``program.replay(leaf_arrays, floats, ints, bools)``.
         """
         COUNTERS["graphs_compiled"] += 1  # runs only while JAX traces, i.e. compiles
-        vectors = {float: iter(_unstack(floats)), int: iter(_unstack(ints)),
-                   bool: iter(_unstack(bools))}
-        step_scalars = [[next(vectors[k]) for k in kinds] for kinds in self.step_kinds]
+        vectors = {float: _unstack(floats), int: _unstack(ints), bool: _unstack(bools)}
+        index = iter(self.scalar_index)
+        step_scalars = [[vectors[k][next(index)] for k in kinds] for kinds in self.step_kinds]
         values: list = [None] * len(self.steps)
 
         def operand(code):
@@ -340,6 +339,36 @@ def _scalar_kinds(sig) -> list:
     if sig.op in RANDOM_OPS:
         kinds.append(int)
     return kinds
+
+
+def _vector_layout(kinds: list, repeats: tuple) -> tuple[list[list[int]], list[int]]:
+    """Per scalar vector (``SCALAR_KINDS``), the flat positions of the values it holds; and
+    per flat scalar, its index in its vector. A repeat (``(position, earlier)``, same type
+    and value, so same kind) takes its earlier scalar's index.
+
+    Example::
+
+        >>> _vector_layout([float, int, float], ((2, 0),))
+        ([[0], [1], []], [0, 0, 0])
+    """
+    earlier = dict(repeats)
+    positions: list[list[int]] = [[] for _ in SCALAR_KINDS]
+    index: list[int] = []
+    for i, kind in enumerate(kinds):
+        if i in earlier:
+            index.append(index[earlier[i]])
+            continue
+        vector = positions[SCALAR_KINDS.index(kind)]
+        index.append(len(vector))
+        vector.append(i)
+    return positions, index
+
+
+def vectors_of(program: "Program", flat: list) -> list[np.ndarray]:
+    """The scalar vectors (float, int, bool) ``program`` takes for a graph's flat list of
+    scalars. Example: ``vectors_of(program, [s for n in graph.nodes for s in n.scalars])``."""
+    return [np.array([flat[i] for i in positions], dtype=dt)
+            for positions, dt in zip(program.vector_positions, VECTOR_DTYPES)]
 
 
 def _unstack(vector):

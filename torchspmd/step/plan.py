@@ -37,7 +37,7 @@ from torchspmd.runtime import execute, in_flight, ownership, placement, rng, tra
 from torchspmd.runtime.cache import LRU
 from torchspmd.runtime.memory import check_fits
 from torchspmd.runtime.metrics import COUNTERS
-from torchspmd.runtime.program import (SCALAR_KINDS, VECTOR_DTYPES, Program, donated_first,
+from torchspmd.runtime.program import (SCALAR_KINDS, Program, donated_first, vectors_of,
                                        unrepresentable_output)
 from torchspmd.sharding.state import new_leaf
 from torchspmd.step import optim
@@ -50,7 +50,6 @@ from torchspmd.step.wiring import Wiring, wire
 from torchspmd.step.write_back import Call, Writes, finish, install, new_state, restore
 
 aten = torch.ops.aten
-_VECTOR_DTYPES = dict(zip(SCALAR_KINDS, VECTOR_DTYPES))  # scalar kind -> its vector's dtype
 # Compiled steps by graph key, donated inputs and input layouts: a step captured again
 # (a hyperparameter changed, state moved) reuses its executable.
 _EXECUTABLES = LRU(64)
@@ -112,19 +111,17 @@ class Plan:
 
     def _scalars(self, graph) -> None:
         """The captured scalar inputs, and where each random op's seed sits."""
-        kinds = self.program.scalar_kinds
+        program = self.program
         flat = [s for n in graph.nodes for s in n.scalars]
-        self.vectors = {k: np.array([s for s, kk in zip(flat, kinds) if kk is k],
-                                    dtype=_VECTOR_DTYPES[k]) for k in SCALAR_KINDS}
+        self.vectors = dict(zip(SCALAR_KINDS, vectors_of(program, flat)))
+        # A random op's seed is its node's last int scalar; seeds never share a position
+        # (``graph.repeats``), so each draw lands in its own op only.
         self.seed_slots = []
         position = 0
-        ints_before = 0
         for node in graph.nodes:
-            node_kinds = kinds[position:position + len(node.scalars)]
-            if node.sig.op in RANDOM_OPS:  # the seed is the node's last int scalar
-                self.seed_slots.append(ints_before + node_kinds.count(int) - 1)
-            ints_before += node_kinds.count(int)
             position += len(node.scalars)
+            if node.sig.op in RANDOM_OPS:
+                self.seed_slots.append(program.scalar_index[position - 1])
 
     # --- each call ----------------------------------------------------------------------
 
