@@ -7,11 +7,13 @@ KV cache. In one run, per model and system, it prints: programs compiled, compil
 seconds, time to first token (compile included, first call) and warm milliseconds per
 token.
 
-Rows: ``torchspmd`` (greedy: the tokens after the first picked on the device, read at the
-end, ``generation/greedy.py``), ``+streamer`` (the same calls with a streamer, which
-makes ``generate`` run its own loop: each token reaches the host as it is made), ``pure
-JAX`` (steps launched back to back, tokens read at the end: the baseline of the ratios)
-and ``JAX, read`` (each token read back as it comes, as a streaming server does).
+Rows: ``torchspmd`` (greedy: the tokens after the first made by one loop on the device,
+read at the end, ``generation/greedy.py``), ``+streamer`` (the same calls with a
+streamer, which makes ``generate`` run its own loop: each token reaches the host as it is
+made), ``pure JAX`` (one step per token, launched back to back, tokens read at the end:
+the baseline of the ratios), ``JAX, read`` (each token read back as it comes, as a
+streaming server does) and ``JAX, loop`` (every token after the first in one
+``lax.fori_loop`` program, as torchspmd's greedy loop).
 
 Without a streamer, the first token's time is a cold call of one token, and a token's
 (T(tokens) - T(1)) / (tokens - 1) of warm calls (the median of three); with one, the
@@ -192,12 +194,13 @@ def run_model(label, shape, args) -> bool:
         params = jax_tp_params(params, mesh)
     decoder = Decoder.of(cpu.config, max_len=cache_length)
     jax_rows = []
-    for name, read_each in (("pure JAX", False), ("JAX, read", True)):
+    for name, mode in (("pure JAX", "launch"), ("JAX, read", "read"),
+                       ("JAX, loop", "device")):
         compiled: dict = {}  # each variant compiles its own programs (jit's cache would not)
         tokens, cold, programs, compile_s = decode_loop(decoder, params, prompt.numpy(),
-                                                        args.tokens, clock, compiled, read_each)
+                                                        args.tokens, clock, compiled, mode)
         warm = [decode_loop(decoder, params, prompt.numpy(), args.tokens, clock, compiled,
-                            read_each)[1] for _ in range(REPEATS)]
+                            mode)[1] for _ in range(REPEATS)]
         jax_ok = np.array_equal(tokens, expected.numpy())
         ok &= jax_ok
         jax_rows.append((name, programs, compile_s, *jax_summary(cold, warm, args.tokens),

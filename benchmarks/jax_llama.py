@@ -11,6 +11,7 @@ sharded run gives both sides the same partition per name. The math follows
     decoder = Decoder(config, max_len=264)
     cache, token = decoder.prefill(params, decoder.empty_cache(batch), prompt)
     cache, token = decoder.step(params, cache, token, position)      # one jitted call
+    cache, made = decoder.greedy_loop(params, cache, token, position, count)  # or all at once
 """
 
 from __future__ import annotations
@@ -111,17 +112,32 @@ class Decoder:
         logits, cache = self.forward(params, cache, ids, start)
         return cache, jnp.argmax(logits, axis=-1).astype(ids.dtype)
 
+    def greedy_loop(self, params, cache, token, start, count):
+        """``count`` greedy steps from ``token`` at position ``start`` in one
+        ``lax.fori_loop`` (``count`` is data: one program for any count); the cache and
+        the tokens made, ``(batch, max_len)`` with the first ``count`` columns filled."""
+        made = jnp.zeros((token.shape[0], self.max_len), token.dtype)
+
+        def one(i, carry):
+            cache, token, made = carry
+            cache, token = self.greedy(params, cache, token[:, None], start + i)
+            return cache, token, made.at[:, i].set(token)
+
+        cache, _, made = jax.lax.fori_loop(0, count, one, (cache, token, made))
+        return cache, made
+
 
 def decode_loop(decoder: Decoder, params, prompt: np.ndarray, new_tokens: int, clock,
-                compiled: dict, read_each: bool = True
+                compiled: dict, mode: str = "read"
                 ) -> tuple[np.ndarray, list[float], int, float]:
-    """Greedy tokens of a full decode: a prefill and a decode step compiled ahead of time
-    (kept in ``compiled`` for later calls), the cache donated to each step. With
-    ``read_each``, each token is read back as it comes, as a streaming server does;
-    without, the steps are launched back to back and the tokens read once at the end.
-    Returns the tokens, [start, the clock time of the first token, of each later token
-    read (with ``read_each``) or of the end], the programs compiled and the seconds spent
-    compiling."""
+    """Greedy tokens of a full decode: a prefill and a decode program compiled ahead of
+    time (kept in ``compiled`` for later calls), the cache donated to each. ``mode``:
+    ``"read"``, one step per token, each token read back as it comes (a streaming server);
+    ``"launch"``, one step per token launched back to back, the tokens read once at the
+    end; ``"device"``, every token after the first in one ``lax.fori_loop`` program
+    (``Decoder.greedy_loop``), read at the end. Returns the tokens, [start, the clock time
+    of the first token, of each later token read (``"read"``) or of the end], the
+    programs compiled and the seconds spent compiling."""
     batch, length = prompt.shape
     ids = jnp.asarray(prompt)
     start = clock()
@@ -129,27 +145,36 @@ def decode_loop(decoder: Decoder, params, prompt: np.ndarray, new_tokens: int, c
     compile_s = 0.0
     cache = decoder.empty_cache(batch)
 
-    def program(name, *example):
+    def program(name, fn, *example):
         nonlocal compile_s
         if name not in compiled:
             t0 = clock()
-            compiled[name] = jax.jit(decoder.greedy, donate_argnums=(1,)).lower(*example).compile()
+            compiled[name] = jax.jit(fn, donate_argnums=(1,)).lower(*example).compile()
             compile_s += clock() - t0
         return compiled[name]
 
     zero = jnp.int32(0)
-    cache, token = program("prefill", params, cache, ids, zero)(params, cache, ids, zero)
+    cache, token = program("prefill", decoder.greedy, params, cache, ids, zero)(
+        params, cache, ids, zero)
     out = [np.asarray(token)]
     times = [clock()]
     position = jnp.int32(length)
-    step = program("step", params, cache, token[:, None], position)
-    for i in range(1, new_tokens):
-        cache, token = step(params, cache, token[:, None], jnp.int32(length + i - 1))
-        out.append(np.asarray(token) if read_each else token)
-        if read_each:
-            times.append(clock())
-    if not read_each:
-        out = [np.asarray(t) for t in out]
+    if mode == "device":
+        count = jnp.int32(new_tokens - 1)
+        loop = program("loop", decoder.greedy_loop, params, cache, token, position, count)
+        cache, made = loop(params, cache, token, position, count)
+        out += list(np.asarray(made)[:, :new_tokens - 1].T)
         times.append(clock())
+    else:
+        read_each = mode == "read"
+        step = program("step", decoder.greedy, params, cache, token[:, None], position)
+        for i in range(1, new_tokens):
+            cache, token = step(params, cache, token[:, None], jnp.int32(length + i - 1))
+            out.append(np.asarray(token) if read_each else token)
+            if read_each:
+                times.append(clock())
+        if not read_each:
+            out = [np.asarray(t) for t in out]
+            times.append(clock())
     tokens = np.concatenate([prompt, np.stack(out, axis=1)], axis=1)
     return tokens, [start] + times, len(compiled) - before, compile_s

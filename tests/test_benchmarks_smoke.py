@@ -49,7 +49,7 @@ def test_generate_benchmark_matches_cpu_tokens():
     assert proc.returncode == 0, out + proc.stderr
     assert "tokens equal CPU: PASS" in out, out
     assert "ops run again: 0;" in out, out
-    # one prefill program and one greedy step, each token after the first a replay of it
+    # one prefill program and one greedy step, every token after the first in one launch of it
     assert "torchspmd  |        2 |" in out, out
     assert "greedy loops on the device: 8 of 8 calls" in out, out
 

@@ -33,7 +33,8 @@ import torch
 
 from torchspmd.runtime import hooks
 
-__all__ = ["enabled", "set_enabled", "note", "take_flag", "restore_flag", "watch_tensor"]
+__all__ = ["enabled", "set_enabled", "note", "fold", "take_flag", "restore_flag",
+           "watch_tensor"]
 
 
 @dataclass(eq=False)  # by identity: comparing the tensors would be a device op and a read
@@ -130,14 +131,41 @@ def note(func, args: tuple, kwargs: dict) -> None:
                 low = -size if negatives else 0
                 out = (index.lt(low) | index.ge(size)).any()
                 bad = out if bad is None else bad | out
-            flag = _STATE.open
-            if flag is None:
-                flag = _STATE.open = _Flag(torch.zeros((), dtype=torch.int32, device=index.device), [])
+            flag = _open_flag(index.device)
             ranges = " / ".join(f">= {size} or < {-size if negatives else 0}"
                                 for _, size, negatives in checks)
             flag.messages.append(f"aten.{name}: index out of range ({ranges})")
             code = len(flag.messages)
             flag.tensor = torch.where(bad & flag.tensor.eq(0), code, flag.tensor)
+    finally:
+        _STATE.busy = False
+
+
+def _open_flag(device) -> _Flag:
+    """The pending graph's flag, made (on ``device``) if there is none."""
+    if _STATE.open is None:
+        _STATE.open = _Flag(torch.zeros((), dtype=torch.int32, device=device), [])
+    return _STATE.open
+
+
+def fold(code: torch.Tensor, messages: list[str]) -> None:
+    """Fold another flag into the pending graph's: ``code`` (an int32 spmd scalar) is 0, or
+    the number of the failing op's message in ``messages``. A loop traced once and run on
+    the device keeps its body's flag this way (``generation/device_loop.py``).
+
+    Example::
+
+        fold(loop_flag, ["aten.embedding: index out of range (>= 128 or < 0)"])
+    """
+    if not messages or not _STATE.on:
+        return
+    _STATE.busy = True
+    try:
+        with torch.no_grad():
+            flag = _open_flag(code.device)
+            offset = len(flag.messages)
+            flag.messages.extend(messages)
+            flag.tensor = torch.where(flag.tensor.eq(0) & code.ne(0), code + offset, flag.tensor)
     finally:
         _STATE.busy = False
 

@@ -2,9 +2,10 @@
 
 Modules, one idea each: ``buckets`` (the sizes prompts and caches are padded to),
 ``recompiles`` (counting and warning about loops that recompile), ``hf`` (the Hugging Face
-adaptation), ``greedy`` (greedy decoding with its loop on the device), ``static_cache``
+adaptation), ``greedy`` (greedy decoding with its loop on the device), ``device_loop``
+(a token's step run by a loop on the device), ``static_cache``
 (a static cache as the compiled steps see it) and ``hf_tp`` (Hugging Face tensor-parallel
-plans); nothing imports the last four before first use, so ``import torchspmd`` never
+plans); nothing imports the last five before first use, so ``import torchspmd`` never
 imports ``transformers``.
 
 Example::

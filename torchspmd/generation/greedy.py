@@ -1,20 +1,23 @@
-"""Greedy decoding with the loop on the device: no host round trip, no ``generate`` Python
-per token.
+"""Greedy decoding with the loop on the device: one launch for all the tokens after the
+first, no host round trip, no ``generate`` Python per token.
 
 ``generate``'s own loop does a few milliseconds of Python per token (preparing inputs,
 growing the ids and the mask, stopping criteria) and reads every token back before it can
-make the next. For the common case, greedy decoding with a static cache and no logits
-processors, :class:`GreedyLoop` runs the tokens after the first as one compiled step per
-token that also picks the token: the argmax, the end-of-sequence bookkeeping, the next
-step's ids and positions and the token's column in a buffer all stay on the device, so
-the host only launches steps. It reads whether every sequence has finished every
-:data:`CHECK_EVERY` tokens (to stop early), and the tokens once at the end.
+make the next; a compiled step per token still costs the host a launch per token (~0.2 ms,
+a small model's whole token). For the common case, greedy decoding with a static cache and
+no logits processors, :class:`GreedyLoop` runs the tokens after the first as one compiled
+step holding a loop on the device (``device_loop.DeviceLoop``): each iteration runs the
+model and picks the token (the argmax, the end-of-sequence bookkeeping, the next ids and
+positions, the token's column in a buffer), and the loop stops on the device once every
+sequence has finished or the tokens asked for are made. The host launches it once and
+reads the tokens once, at the end.
 
 The tokens are ``generate``'s, token for token: the same prefill and first token (run by
 ``generate``'s own code), then the same argmax of the same logits, the same padding of
 finished rows (``next * unfinished + pad * (1 - unfinished)``) and the same stop (the
-first step after which every row has finished, or ``max_length``). Steps run past that
-stop (at most ``CHECK_EVERY - 1``) only write the cache ``generate`` drops on return.
+first step after which every row has finished, or ``max_length``). An index out of range
+inside the loop (positions past a model's table) raises ``IndexError`` naming the op,
+as everywhere (``index_checks.fold``).
 
 Any other call (sampling, beam search, logits processors, stop strings, streamers, a
 cache the caller keeps, ``return_dict_in_generate``) runs ``generate``'s own method.
@@ -37,13 +40,12 @@ from transformers.generation.logits_process import (MinLengthLogitsProcessor,
 from transformers.generation.stopping_criteria import EosTokenCriteria, MaxLengthCriteria
 from transformers.generation.utils import GENERATION_MODES_MAPPING
 
+from torchspmd.device import index_checks
 from torchspmd.generation import static_cache
+from torchspmd.generation.device_loop import DeviceLoop
+from torchspmd.interop.jax_op import record_op
 from torchspmd.runtime.metrics import COUNTERS
 from torchspmd.step import compile as compile_step
-
-# Tokens between two reads of the finished flags: each read waits for the device, and
-# each step past the last sequence's end-of-sequence costs one wasted step.
-CHECK_EVERY = 16
 
 # ``generate`` arguments under which it may hand the loop to :class:`GreedyLoop`; any
 # other (a streamer, an assistant, stop strings, output dicts) keeps its own loop.
@@ -151,8 +153,8 @@ class GreedyLoop:
 
     def _decode(self, inputs: dict, eos, pad, ban: "MinimumLength | None", unfinished: torch.Tensor,
                 left: int) -> torch.Tensor:
-        """Run ``left`` steps (fewer when every row finishes); the tokens they made, on the
-        host, one column per step run."""
+        """Run up to ``left`` tokens (fewer when every row finishes) in one launch; the
+        tokens they made, on the host, one column per token."""
         device = self.adaptation.model.device
         cache = inputs.pop("cache")
         length = static_cache.length(cache)
@@ -166,20 +168,52 @@ class GreedyLoop:
         made = torch.zeros(ids.shape[0], length, dtype=torch.long).to(device)
         index = torch.zeros(1, dtype=torch.long).to(device)
         ends = (eos.reshape(-1).to(device), pad.reshape(1).to(device)) if eos is not None else None
-        # Data, not constants of the program: one program for any prompt and minimum length.
+        # Data, not constants of the program: one program for any prompt, minimum length
+        # and number of tokens.
         bans = None if ban is None else tuple(torch.tensor(v).to(device) for v in ban.tensors())
-        run = 0
-        while run < left:
-            self.step(state, ids, positions, flags, made, index, ends, bans, **inputs)
-            run += 1
-            if ends is not None and run % CHECK_EVERY == 0 and run < left \
-                    and flags.cpu().max() == 0:
-                break
+        count = torch.tensor(left).to(device)
+        self.step(state, ids, positions, flags, made, index, ends, bans, count, **inputs)
+        run = int(index.cpu())
         COUNTERS["generate_device_tokens"] += run
         return made.cpu()[:, :run]  # read whole: a slice of each length would be a program
 
-    def _step(self, state: list, ids, positions, flags, made, index, ends, bans, **inputs):
-        # ``state`` holds the very tensors of the adaptation's cache, updated in place
+    def _step(self, state: list, ids, positions, flags, made, index, ends, bans, count,
+              **inputs):
+        """The compiled step: up to ``count`` tokens in one ``DeviceLoop``, which stops
+        early once every row's flag is 0. ``state`` holds the very tensors of the
+        adaptation's cache; every carried tensor is updated in place."""
+        carried = [*state, ids, flags, made, index] + ([positions] if positions is not None else [])
+        names = [k for k, v in inputs.items() if isinstance(v, torch.Tensor)]
+        read_only = [*(ends or ()), *(bans or ()), *(inputs[k] for k in names)]
+        cache = self.adaptation.cache
+
+        def one_token(*tensors):
+            values, extra = list(tensors[:len(carried)]), list(tensors[len(carried):])
+            own_state = values[:len(state)]
+            own_ids, own_flags, own_made, own_index, *own_positions = values[len(state):]
+            own_ends = (extra.pop(0), extra.pop(0)) if ends is not None else None
+            own_bans = tuple(extra.pop(0) for _ in bans) if bans is not None else None
+            own_inputs = {**inputs, **dict(zip(names, extra))}
+            outside = static_cache.swap(cache, own_state)
+            try:
+                self._token(own_ids, own_positions[0] if own_positions else None, own_flags,
+                            own_made, own_index, own_ends, own_bans, **own_inputs)
+                new_state = static_cache.tensors(cache)  # (the model may rebind them)
+            finally:
+                static_cache.swap(cache, outside)
+            return [*new_state, *values[len(state):]]
+
+        flags_at = len(state) + 1 if ends is not None else None
+        loop, constants, messages = DeviceLoop.of(one_token, carried, read_only, flags_at)
+        checked = torch.zeros((), dtype=torch.int32, device=ids.device)
+        *values, flag = record_op(loop, [count, *carried, checked, *read_only, *constants])
+        for tensor, value in zip(carried, values):
+            tensor.copy_(value)
+        index_checks.fold(flag, messages)
+
+    def _token(self, ids, positions, flags, made, index, ends, bans, **inputs):
+        """One token, as the loop's body: the model on the current ids, the argmax, the
+        end-of-sequence bookkeeping, the token into ``made``; all in place."""
         logits = self.adaptation.original_forward(cache=self.adaptation.cache, input_ids=ids,
                                                   position_ids=positions, **inputs).logits
         scores = logits[:, -1].float()

@@ -16,6 +16,9 @@ from transformers import StaticCache
 from transformers.cache_utils import Cache
 
 
+_FIELDS = ("keys", "values", "cumulative_length")  # per layer, in ``tensors``' order
+
+
 def is_static(cache) -> bool:
     """Whether ``cache`` is a static cache (fixed shapes: one decode program)."""
     return isinstance(cache, StaticCache)
@@ -30,5 +33,16 @@ def tensors(cache: Cache) -> list[torch.Tensor]:
     """The cache's tensors, as a compiled decode step's argument: they are arguments, not
     state found by the capture, because each generate call makes a new cache, and a
     replay must read and write the current one."""
-    return [t for layer in cache.layers
-            for t in (layer.keys, layer.values, layer.cumulative_length)]
+    return [getattr(layer, field) for layer in cache.layers for field in _FIELDS]
+
+
+def swap(cache: Cache, tensors: list[torch.Tensor]) -> list[torch.Tensor]:
+    """Put ``tensors`` (in :func:`tensors`' order) in the cache's layers; the ones they
+    replace. The device loop traces a token on stand-ins for the cache's tensors."""
+    old = []
+    values = iter(tensors)
+    for layer in cache.layers:
+        for field in _FIELDS:
+            old.append(getattr(layer, field))
+            setattr(layer, field, next(values))
+    return old

@@ -74,13 +74,18 @@ class TracedFunction:
 
 
 def trace(fn: Callable[..., torch.Tensor | tuple], metas: list[TensorMeta],
-          caller: str = "trace") -> tuple[TracedFunction, list[SpmdTensor], list[TensorMeta]]:
+          caller: str = "trace", mutable: int = 0
+          ) -> tuple[TracedFunction, list[SpmdTensor], list[TensorMeta]]:
     """Record ``fn`` on placeholders of ``metas``; its traced form, constants, output metas.
 
     ``fn`` returns a tensor or a tuple of tensors. It runs with autograd off: the traced
-    function is differentiated by JAX, not by PyTorch.
+    function is differentiated by JAX, not by PyTorch. The first ``mutable`` inputs may be
+    updated in place (``fn`` returns them to make their new values outputs: a loop body
+    carrying its state, ``generation/device_loop.py``); any other input may not.
     """
     placeholders = [_placeholder_tensor(m) for m in metas]
+    # Before ``fn`` runs: an input updated in place then holds a new node.
+    index = {p.handle.stored_node(): k for k, p in enumerate(placeholders)}
     with torch.no_grad():
         out = fn(*placeholders)
     outs = out if isinstance(out, (tuple, list)) else (out,)
@@ -88,13 +93,12 @@ def trace(fn: Callable[..., torch.Tensor | tuple], metas: list[TensorMeta],
         if not isinstance(o, SpmdTensor):
             raise TypeError(f"torchspmd: {caller}: output {i} is {type(o).__name__}, not a "
                             "tensor on the spmd device.")
-    for i, p in enumerate(placeholders):
+    for i, p in enumerate(placeholders[mutable:], mutable):
         if p.handle.stored_node().sig.op is not PLACEHOLDER:
             raise NotImplementedError(
                 f"torchspmd: {caller}: input {i} was modified in place while traced (a "
                 "buffer update such as BatchNorm's running statistics?); traced layers must "
                 "not mutate their inputs, parameters or buffers.")
-    index = {p.handle.stored_node(): k for k, p in enumerate(placeholders)}
     traced, constants = _walk([o.handle.value() for o in outs], index, caller)
     return traced, constants, [o.handle.meta for o in outs]
 
