@@ -13,6 +13,7 @@ import torch
 
 import torchspmd
 
+from tests.hf.models import on_device, tiny_llama
 from tests.hf.test_compiled_generate import prompt_of
 
 NEW_TOKENS = 40
@@ -202,3 +203,30 @@ def test_weights_changed_between_calls_are_the_ones_the_loop_reads(llama):
             for m in (cpu, model):
                 m.lm_head.weight.sub_(0.05)
                 m.model.layers[0].mlp.down_proj.weight.div_(-3.0)
+
+
+def _reading_on_the_host(pair):
+    """The pair with its first MLP reading a value on the host in every forward, as some
+    models do (``if (mask == 0).any():``)."""
+    for model in pair:
+        mlp = model.model.layers[0].mlp
+        forward = mlp.forward
+
+        def reading(x, forward=forward):
+            assert float(x.abs().max()) >= 0  # a host read
+            return forward(x)
+
+        mlp.forward = reading
+    return pair
+
+
+@pytest.mark.parametrize("options", [{}, {"do_sample": True}], ids=["greedy", "sampled"])
+def test_a_model_that_reads_on_the_host_decodes_token_by_token_with_cpus_tokens(options):
+    pair = _reading_on_the_host(on_device(tiny_llama))
+    prompt, mask = left_padded()
+    for _ in range(2):  # the second call goes straight to the token-by-token loop
+        torch.manual_seed(4)
+        tokens, m = greedy(pair[1], prompt, mask, new_tokens=6, **options)
+        torch.manual_seed(4)
+        assert torch.equal(tokens, greedy(pair[0], prompt, mask, new_tokens=6, **options)[0])
+        assert m["generate_device_tokens"] == 0

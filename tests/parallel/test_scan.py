@@ -208,3 +208,37 @@ def test_a_compiled_step_with_scanned_layers_trains_like_the_loop_on_cpu():
     assert torchspmd.metrics()["step_replays"] - replays >= 1
     for p, q in zip(cpu.parameters(), spmd.parameters()):
         torch.testing.assert_close(q.detach().cpu(), p.detach())
+
+
+class ReadsOnTheHost(Residual):
+    def forward(self, x):
+        if float(x.abs().max()) < 0:  # a host read: a traced layer has no values
+            raise AssertionError
+        return super().forward(x)
+
+
+def test_a_layer_that_reads_on_the_host_fails_clearly_and_leaves_nothing_pending():
+    stack = layers(ReadsOnTheHost).to("spmd")
+    x = torch.randn(4, 5, 16)
+    with pytest.raises(RuntimeError, match="a value was read .* while a function was being traced") as error:
+        scan_layers(stack, x.to("spmd"))
+    # Later work syncs and runs, even while the error (and, through its traceback, the
+    # traced values) is still alive: nothing of the failed trace is left to compute.
+    y = x.to("spmd") * 2
+    torchspmd.sync()
+    assert torch.equal(y.cpu(), x * 2)
+    assert error.value.__traceback__ is not None
+
+
+def test_a_host_read_refused_inside_a_compiled_step_leaves_nothing_pending():
+    """In a compiled step the read is refused before anything runs, so the trace's values
+    were never computed: they must not be left for the next sync() either."""
+    stack = layers(ReadsOnTheHost).to("spmd")
+    x = torch.randn(4, 5, 16)
+    step = torchspmd.compile(lambda h: scan_layers(stack, h))
+    with pytest.raises(torchspmd.step.HostReadInStep) as error:
+        step(x.to("spmd"))
+    y = x.to("spmd") * 2
+    torchspmd.sync()
+    assert torch.equal(y.cpu(), x * 2)
+    assert error.value.__traceback__ is not None

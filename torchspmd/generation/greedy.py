@@ -45,7 +45,7 @@ from torchspmd.generation import static_cache
 from torchspmd.generation.device_loop import DeviceLoop
 from torchspmd.interop.jax_op import record_op
 from torchspmd.runtime.metrics import COUNTERS
-from torchspmd.step import compile as compile_step
+from torchspmd.step import HostReadInStep, compile as compile_step
 
 # ``generate`` arguments under which it may hand the loop to :class:`GreedyLoop`; any
 # other (a streamer, an assistant, stop strings, output dicts) keeps its own loop.
@@ -114,11 +114,19 @@ class GreedyLoop:
 
         inputs = model.prepare_inputs_for_generation(input_ids, next_sequence_length=1,
                                                      **model_kwargs)
-        if not self._advances(inputs):
+        made = None
+        if not self.adaptation.reads_on_host and self._advances(inputs):
+            ban = MinimumLength.of(logits_processor, input_ids.shape[1])
+            try:
+                made = self._decode(inputs, eos, pad, ban, unfinished, left)
+            except HostReadInStep:
+                # The model reads a value on the host in its forward: it cannot be one
+                # program. The capture left every tensor as it was (the host loop below
+                # runs outside this handler, so the error's frames are gone by then).
+                self.adaptation.reads_on_host = True
+        if made is None:
             return _host_loop(model, input_ids, inputs, model_kwargs, logits_processor,
                               stopping_criteria, eos, pad, unfinished)
-        ban = MinimumLength.of(logits_processor, input_ids.shape[1])
-        made = self._decode(inputs, eos, pad, ban, unfinished, left)
         return torch.cat([input_ids, _until_finished(made, unfinished, eos)], dim=-1)
 
     # -- which calls -------------------------------------------------------------------------
@@ -156,6 +164,7 @@ class GreedyLoop:
         """Run up to ``left`` tokens (fewer when every row finishes) in one launch; the
         tokens they made, on the host, one column per token."""
         device = self.adaptation.model.device
+        inputs = dict(inputs)  # the host loop takes them as they are if this one fails
         cache = inputs.pop("cache")
         length = static_cache.length(cache)
         self.adaptation.cache = cache

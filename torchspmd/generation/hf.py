@@ -42,7 +42,7 @@ from torchspmd.generation.buckets import Buckets
 from torchspmd.generation.recompiles import RecompileWatch
 from torchspmd.parallel.linear import xla_patched_nn_linear_forward
 from torchspmd.runtime.metrics import COUNTERS
-from torchspmd.step import compile as compile_step
+from torchspmd.step import HostReadInStep, compile as compile_step
 
 # Recompiles of a dynamic-cache loop tolerated before the warning.
 _WARN_AFTER = 3
@@ -72,6 +72,9 @@ class HFGeneration:
         self.prompt: _Prompt | None = None  # set while a generate call runs
         self.decode = compile_step(self._decode_step)
         self.greedy = greedy.GreedyLoop(self)
+        # The model reads a value on the host in its decode forward (``if mask.any():``),
+        # so its decode step cannot be one program: it runs lazily, token by token.
+        self.reads_on_host = False
         self.watch = RecompileWatch(_WARN_AFTER, 'Pass cache_implementation="static" to '
                                     "generate: it compiles one decode program for all tokens")
 
@@ -188,10 +191,16 @@ class HFGeneration:
         return out
 
     def _decode(self, kwargs: dict):
-        cache = kwargs.pop("cache")
-        self.cache = cache
-        logits = self.decode(static_cache.tensors(cache), **kwargs)
-        return CausalLMOutputWithPast(logits=logits.cpu(), cache=cache)
+        if not self.reads_on_host:
+            step = dict(kwargs)
+            cache = step.pop("cache")
+            self.cache = cache
+            try:
+                logits = self.decode(static_cache.tensors(cache), **step)
+                return CausalLMOutputWithPast(logits=logits.cpu(), cache=cache)
+            except HostReadInStep:  # the capture left every tensor as it was
+                self.reads_on_host = True
+        return self._lazy(kwargs)
 
     def _decode_step(self, state: list, **kwargs):
         # ``state`` holds the very tensors of ``self.cache``, which the model updates in place

@@ -41,9 +41,10 @@ PLACEHOLDER = AnnotationOp("placeholder")
 
 @lowers(PLACEHOLDER)
 def _placeholder(meta, *args):
-    raise RuntimeError("torchspmd: a value was read (.item(), print, .cpu()) while a layer was "
-                       "being traced for scan_layers; a scanned layer must not read its "
-                       "tensors' values on the host.")
+    raise RuntimeError("torchspmd: a value was read (.item(), print, .cpu()) while a function "
+                       "was being traced to run on the device (scan_layers' layer, generate's "
+                       "decode step); a traced function must not read its tensors' values on "
+                       "the host.")
 
 
 @dataclass(frozen=True)
@@ -86,8 +87,15 @@ def trace(fn: Callable[..., torch.Tensor | tuple], metas: list[TensorMeta],
     placeholders = [_placeholder_tensor(m) for m in metas]
     # Before ``fn`` runs: an input updated in place then holds a new node.
     index = {p.handle.stored_node(): k for k, p in enumerate(placeholders)}
-    with torch.no_grad():
-        out = fn(*placeholders)
+    mark = PENDING.members()
+    try:
+        with torch.no_grad():
+            out = fn(*placeholders)
+    finally:
+        # What the function computed is the traced body's, not work for the next sync(),
+        # even where a value outlives the trace (held by a module, or by the traceback of
+        # an error it raised): its nodes read placeholders, which hold no data.
+        PENDING.drop_new(mark)
     outs = out if isinstance(out, (tuple, list)) else (out,)
     for i, o in enumerate(outs):
         if not isinstance(o, SpmdTensor):

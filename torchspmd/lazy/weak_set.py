@@ -61,6 +61,25 @@ class WeakRegistry:
         self.clear()
         return live
 
+    def members(self) -> set[int]:
+        """The ids of the current entries: a mark for :meth:`drop_new`."""
+        return set(self._refs)
+
+    def drop_new(self, mark: set[int]) -> None:
+        """Forget every member added since ``mark`` (:meth:`members`) was taken.
+
+        Example::
+
+            mark = registry.members()
+            registry.add(scratch)
+            registry.drop_new(mark)     # scratch is no longer a member
+        """
+        new = [key for key in self._refs if key not in mark]
+        for key in new:
+            del self._refs[key]
+        if new:
+            self.generation += 1  # they may have noted the current one: they must add again
+
     def clear(self) -> None:
         self._refs.clear()
         self._limit = self._MIN_LIMIT
