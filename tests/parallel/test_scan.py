@@ -242,3 +242,34 @@ def test_a_host_read_refused_inside_a_compiled_step_leaves_nothing_pending():
     torchspmd.sync()
     assert torch.equal(y.cpu(), x * 2)
     assert error.value.__traceback__ is not None
+
+
+class Gathers(Residual):
+    """Reads columns of its input by an index it computes, below ``limit`` (out of range
+    past 16)."""
+
+    def __init__(self, limit: int = 16):
+        super().__init__()
+        self.limit = limit
+
+    def forward(self, x):
+        index = (x.abs().sum(-1).flatten() * 100).long() % self.limit
+        return super().forward(x) + x.flatten(0, -2).index_select(1, index[:16]).sum()
+
+
+def test_an_index_out_of_range_in_a_scanned_layer_raises_as_the_loop_does():
+    stack = layers(Gathers, limit=40)
+    x = torch.randn(4, 5, 16)
+    with pytest.raises((IndexError, RuntimeError)):
+        loop(stack, x)  # CPU: index_select's index past 16 columns
+    with pytest.raises(IndexError, match="aten.index_select: index out of range"):
+        scan_layers(copy.deepcopy(stack).to("spmd"), x.to("spmd")).cpu()
+
+
+def test_indices_in_range_in_a_scanned_layer_give_the_loops_values():
+    stack = layers(Gathers)
+    x = torch.randn(4, 5, 16)
+    expected = loop(stack, x)
+    # (the gathered sums grow to ~1e5: float32 rounding, summed in another order)
+    torch.testing.assert_close(scan_layers(copy.deepcopy(stack).to("spmd"), x.to("spmd")).cpu(),
+                               expected, rtol=1e-3, atol=1e-3)

@@ -14,9 +14,10 @@ unchanged.
 
 Example::
 
-    op, constants, messages = DeviceLoop.of(one_token, carried, read_only, flags_at=k)
-    *new, flag = record_op(op, [count, *carried, zero_int32, *read_only, *constants])
-    index_checks.fold(flag, messages)
+    op, constants, checks = DeviceLoop.of(one_token, carried, read_only, flags_at=k)
+    new = record_op(op, [count, *carried, *read_only, *constants])
+    if checks:
+        index_checks.fold(new.pop(), list(checks))
 """
 
 from __future__ import annotations
@@ -26,9 +27,7 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
-import torch
 
-from torchspmd.device import index_checks
 from torchspmd.device.tensor import SpmdTensor
 from torchspmd.interop.jax_op import JaxOp
 from torchspmd.interop.trace import TracedFunction, trace
@@ -40,9 +39,10 @@ _LOOPS: dict[tuple, "DeviceLoop"] = {}
 
 
 class DeviceLoop(JaxOp):
-    """``(count, *carried, flag, *read_only, *constants) -> (*carried, flag)``: ``body`` run while fewer
+    """``(count, *carried, *read_only, *constants) -> carried``: ``body`` run while fewer
     than ``count`` iterations ran and (with ``flags_at``) any of the carried flags at that
-    position is non-zero."""
+    position is non-zero. A body with index checks (``TracedFunction.checks``) also
+    returns their flag, last: the first iteration's failing check."""
 
     def __init__(self, body: TracedFunction, carried: int, read_only: int, constants: int,
                  flags_at: int | None):
@@ -53,35 +53,15 @@ class DeviceLoop(JaxOp):
     @classmethod
     def of(cls, step: Callable[..., list], carried: list[SpmdTensor],
            read_only: list[SpmdTensor], flags_at: int | None = None
-           ) -> tuple["DeviceLoop", list[SpmdTensor], list[str]]:
+           ) -> tuple["DeviceLoop", list[SpmdTensor], tuple[str, ...]]:
         """The loop op of ``step(*carried, *read_only)``, which updates the carried tensors
         in place and returns them; the tensors it reads from outside (its constants); and
-        the messages of its index checks.
-
-        The op carries one more value, last: the body's index-check flag (``0``, or the
-        number of the message of the first indexing op whose index was out of range, in
-        the first iteration that had one). Its caller passes an int32 zero for it and
-        folds the result into the graph's checks (``index_checks.fold``)."""
-        messages: list[str] = []
-
-        def body(*tensors):
-            outside = index_checks.take_flag()  # the body's checks are its own
-            try:
-                outs = step(*tensors[:len(carried)], *tensors[len(carried) + 1:])
-                checks = index_checks.take_flag()
-            finally:
-                index_checks.restore_flag(outside)
-            before = tensors[len(carried)]
-            if checks is None:
-                return [*outs, before]
-            messages.extend(checks.messages)
-            return [*outs, torch.where(before.eq(0), checks.tensor, before)]
-
-        flag = torch.zeros((), dtype=torch.int32, device=carried[0].device)
-        metas = [t.handle.meta for t in (*carried, flag, *read_only)]
-        traced, constants, outs = trace(body, metas, caller="generate's device loop",
+        the messages of its index checks (the op's last output is then their flag, for
+        ``index_checks.fold``)."""
+        metas = [t.handle.meta for t in (*carried, *read_only)]
+        traced, constants, outs = trace(step, metas, caller="generate's device loop",
                                         mutable=len(carried))
-        expected = metas[:len(carried) + 1]
+        expected = metas[:len(carried)]
         if [(m.shape, m.dtype) for m in outs] != [(m.shape, m.dtype) for m in expected]:
             raise ValueError(
                 "torchspmd: generate's device loop: a token's step must return its carried "
@@ -90,9 +70,9 @@ class DeviceLoop(JaxOp):
         key = (traced.key, len(carried), len(read_only), flags_at)
         op = _LOOPS.get(key)
         if op is None:
-            op = _LOOPS[key] = cls(traced, len(carried) + 1, len(read_only), len(constants),
+            op = _LOOPS[key] = cls(traced, len(carried), len(read_only), len(constants),
                                    flags_at)
-        return op, constants, messages
+        return op, constants, traced.checks
 
     def flat(self, count, *arrays) -> list:
         carried = list(arrays[:self.carried])
@@ -100,21 +80,28 @@ class DeviceLoop(JaxOp):
         constants = list(arrays[self.carried + self.read_only:])
 
         def more(state) -> jax.Array:
-            i, values = state
+            i, values, _ = state
             going = i < count
             if self.flags_at is not None:
                 going = going & jnp.any(values[self.flags_at] != 0)
             return going
 
         def token(state):
-            i, values = state
-            return i + 1, self.body.replay([*values, *read_only], constants)
+            i, values, flag = state
+            values = self.body.replay([*values, *read_only], constants)
+            if self.body.checks:
+                *values, checks = values
+                flag = jnp.where(flag == 0, checks, flag)
+            return i + 1, values, flag
 
-        _, out = jax.lax.while_loop(more, token, (jnp.zeros((), count.dtype), carried))
-        return list(out)
+        start = (jnp.zeros((), count.dtype), carried, jnp.zeros((), jnp.int32))
+        _, out, flag = jax.lax.while_loop(more, token, start)
+        return [*out, flag] if self.body.checks else list(out)
 
     def _infer(self, structs) -> tuple[list, Any]:
         leaves = [jax.ShapeDtypeStruct(*s) for s in structs[1:1 + self.carried]]
+        if self.body.checks:
+            leaves.append(jax.ShapeDtypeStruct((), jnp.int32))
         return leaves, jax.tree_util.tree_structure(leaves)
 
 

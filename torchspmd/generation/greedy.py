@@ -213,12 +213,12 @@ class GreedyLoop:
             return [*new_state, *values[len(state):]]
 
         flags_at = len(state) + 1 if ends is not None else None
-        loop, constants, messages = DeviceLoop.of(one_token, carried, read_only, flags_at)
-        checked = torch.zeros((), dtype=torch.int32, device=ids.device)
-        *values, flag = record_op(loop, [count, *carried, checked, *read_only, *constants])
+        loop, constants, checks = DeviceLoop.of(one_token, carried, read_only, flags_at)
+        values = record_op(loop, [count, *carried, *read_only, *constants])
+        if checks:
+            index_checks.fold(values.pop(), list(checks))
         for tensor, value in zip(carried, values):
             tensor.copy_(value)
-        index_checks.fold(flag, messages)
 
     def _token(self, ids, positions, flags, made, index, ends, bans, **inputs):
         """One token, as the loop's body: the model on the current ids, the argmax, the

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 
 import torch
 
+from torchspmd.device import index_checks
 from torchspmd.device.tensor import SpmdTensor
 from torchspmd.lazy.handle import PENDING, Handle
 from torchspmd.lazy.node import Node, Signature, TensorMeta
@@ -53,11 +54,18 @@ class TracedFunction:
 
     An operand is ``("step", position, output)``, ``("input", k)`` or ``("constant", k)``;
     ``outputs`` are operands too. ``key`` is structural: equal keys, equal computations.
+
+    ``checks``: the messages of the function's index checks (``device/index_checks.py``),
+    when it has any; the last output is then their flag, an int32 scalar (0, or the number
+    of the message of the first indexing op whose index was out of range). The caller
+    hands it on (``index_checks.fold``): XLA never faults on an index, and a traced body
+    must not lose the error the same ops raise elsewhere.
     """
 
     steps: tuple
     outputs: tuple
     key: tuple
+    checks: tuple[str, ...] = ()
 
     def replay(self, inputs: list, constants: list) -> list:
         """The function's outputs for JAX values ``inputs`` and ``constants``."""
@@ -88,10 +96,14 @@ def trace(fn: Callable[..., torch.Tensor | tuple], metas: list[TensorMeta],
     # Before ``fn`` runs: an input updated in place then holds a new node.
     index = {p.handle.stored_node(): k for k, p in enumerate(placeholders)}
     mark = PENDING.members()
+    outside = index_checks.take_flag()  # the function's index checks are its own
+    checks = None
     try:
         with torch.no_grad():
             out = fn(*placeholders)
+        checks = index_checks.take_flag()
     finally:
+        index_checks.restore_flag(outside)
         # What the function computed is the traced body's, not work for the next sync(),
         # even where a value outlives the trace (held by a module, or by the traceback of
         # an error it raised): its nodes read placeholders, which hold no data.
@@ -107,7 +119,11 @@ def trace(fn: Callable[..., torch.Tensor | tuple], metas: list[TensorMeta],
                 f"torchspmd: {caller}: input {i} was modified in place while traced (a "
                 "buffer update such as BatchNorm's running statistics?); traced layers must "
                 "not mutate their inputs, parameters or buffers.")
-    traced, constants = _walk([o.handle.value() for o in outs], index, caller)
+    roots = [o.handle.value() for o in outs]
+    if checks is not None:
+        roots.append(checks.tensor.handle.value())
+    traced, constants = _walk(roots, index, caller,
+                              tuple(checks.messages) if checks is not None else ())
     return traced, constants, [o.handle.meta for o in outs]
 
 
@@ -118,7 +134,7 @@ def _placeholder_tensor(meta: TensorMeta) -> SpmdTensor:
     return SpmdTensor(handle)
 
 
-def _walk(roots: list, placeholders: dict, caller: str):
+def _walk(roots: list, placeholders: dict, caller: str, checks: tuple[str, ...]):
     """The steps ``roots`` need, operands first, with data leaves as constants."""
     position: dict[Node, int] = {}
     constants: dict[tuple, int] = {}
@@ -155,8 +171,9 @@ def _walk(roots: list, placeholders: dict, caller: str):
     constant_values = sorted(constants, key=constants.get)
     key.append(outputs)
     key.append(tuple(v[0].sig.outputs[v[1]] for v in constant_values))
+    key.append(checks)
     tensors = [SpmdTensor(Handle.new(v, v[0].sig.outputs[v[1]])) for v in constant_values]
-    return TracedFunction(tuple(steps), outputs, tuple(key)), tensors
+    return TracedFunction(tuple(steps), outputs, tuple(key), checks), tensors
 
 
 def _check_op(op, caller: str) -> None:

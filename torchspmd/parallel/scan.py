@@ -34,10 +34,12 @@ from collections.abc import Iterable
 from typing import Any
 
 import jax
+import jax.numpy as jnp
 import torch
 from torch import nn
 from torch.func import functional_call
 
+from torchspmd.device import index_checks
 from torchspmd.device.tensor import SpmdTensor
 from torchspmd.interop.jax_autograd import apply
 from torchspmd.interop.jax_op import JaxOp
@@ -76,18 +78,23 @@ class ScanOp(JaxOp):
     def flat(self, hidden, *arrays) -> list:
         stacked, constants = list(arrays[: self.stacked]), list(arrays[self.stacked:])
 
-        def step(h, layer):
+        def step(carry, layer):
             COUNTERS["scan_body_traces"] += 1  # Python runs here only while JAX traces
-            (out,) = self.body.replay([*layer, h], constants)
-            return out, None
+            h, flag = carry
+            out, *checks = self.body.replay([*layer, h], constants)
+            if checks:  # the first layer's failing check is the one reported
+                flag = jnp.where(flag == 0, checks[0], flag)
+            return (out, flag), None
 
         if self.checkpoint:  # prevent_cse=False: scan already keeps XLA from merging it away
             step = jax.checkpoint(step, prevent_cse=False)
-        out, _ = jax.lax.scan(step, hidden, stacked)
-        return [out]
+        (out, flag), _ = jax.lax.scan(step, (hidden, jnp.zeros((), jnp.int32)), stacked)
+        return [out, flag] if self.body.checks else [out]
 
     def _infer(self, structs) -> tuple[list, Any]:
         leaves = [jax.ShapeDtypeStruct(*structs[0])]
+        if self.body.checks:  # the index checks' flag (``TracedFunction.checks``)
+            leaves.append(jax.ShapeDtypeStruct((), jnp.int32))
         return leaves, jax.tree_util.tree_structure(leaves)
 
 
@@ -135,7 +142,9 @@ def scan_layers(layers: Iterable[nn.Module], input_data: torch.Tensor, *,
             f"dtype {tuple(input_data.shape)} {input_data.dtype}; it returned "
             f"{[(m.shape, m.dtype) for m in outs]}.")
     op = ScanOp.get(traced, len(stacked), len(constants), checkpoint)
-    (out,) = apply(op, [input_data, *stacked, *constants])
+    out, *checks = apply(op, [input_data, *stacked, *constants])
+    if checks:
+        index_checks.fold(checks[0], list(traced.checks))
     return out
 
 
