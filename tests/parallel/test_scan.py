@@ -266,10 +266,15 @@ def test_an_index_out_of_range_in_a_scanned_layer_raises_as_the_loop_does():
         scan_layers(copy.deepcopy(stack).to("spmd"), x.to("spmd")).cpu()
 
 
-def test_indices_in_range_in_a_scanned_layer_give_the_loops_values():
-    stack = layers(Gathers)
+def test_indices_in_range_in_a_scanned_layer_give_the_loops_values_and_gradients():
+    cpu = layers(Gathers)
+    spmd = copy.deepcopy(cpu).to("spmd")
     x = torch.randn(4, 5, 16)
-    expected = loop(stack, x)
+    expected = loop(cpu, x)
+    out = scan_layers(spmd, x.to("spmd"))
     # (the gathered sums grow to ~1e5: float32 rounding, summed in another order)
-    torch.testing.assert_close(scan_layers(copy.deepcopy(stack).to("spmd"), x.to("spmd")).cpu(),
-                               expected, rtol=1e-3, atol=1e-3)
+    torch.testing.assert_close(out.cpu(), expected, rtol=1e-3, atol=1e-3)
+    (expected / expected.abs().max()).sum().backward()
+    (out / out.abs().max()).sum().backward()
+    for a, b in zip(cpu.parameters(), spmd.parameters()):
+        torch.testing.assert_close(b.grad.cpu(), a.grad, rtol=1e-3, atol=1e-4)
