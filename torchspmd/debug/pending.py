@@ -28,7 +28,8 @@ from torchspmd.lowering.annotation_ops import FULL_TO_SHARD, SHARD_TO_FULL, SHAR
 from torchspmd.runtime import placement
 from torchspmd.runtime.graph import Graph, collect
 from torchspmd.runtime.metrics import COUNTERS
-from torchspmd.runtime.program import Program, vectors_of
+from torchspmd.runtime.program import Program
+from torchspmd.runtime.scalar_inputs import vectors_of
 from torchspmd.sharding import state
 from torchspmd.sharding.hlo_text import sharding_to_hlo_text
 

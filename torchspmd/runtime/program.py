@@ -25,9 +25,9 @@ from torchspmd.runtime.manual_regions import check_region, exit_region, manual_s
 from torchspmd.runtime.memory import check_fits
 from torchspmd.runtime.metrics import COUNTERS
 from torchspmd.runtime.run_state import RunState
+from torchspmd.runtime.scalar_inputs import (SCALAR_KINDS, scalar_kinds, unstack, vector_layout,
+                                             vectors_of)
 
-SCALAR_KINDS = (float, int, bool)
-VECTOR_DTYPES = (np.float64, np.int64, np.bool_)
 
 
 class Program:
@@ -38,12 +38,12 @@ class Program:
         self.steps = [(n.sig, codes) for n, codes in zip(graph.nodes, graph.operands)]
         self.roots = [(position[r], list(outs)) for r, outs in zip(graph.roots, graph.wanted)]
         # Each step's scalar inputs: which vector (float, int or bool) each comes from.
-        self.step_kinds = [_scalar_kinds(sig) for sig, _ in self.steps]
+        self.step_kinds = [scalar_kinds(sig) for sig, _ in self.steps]
         self.scalar_kinds = [kind for kinds in self.step_kinds for kind in kinds]
         # Per vector (float, int, bool): the positions in the graph's flat list of scalars
         # of the values it holds, worked out once rather than filtered on every run; and
         # per scalar, its index in its vector (equal scalars, ``graph.repeats``, share one).
-        self.vector_positions, self.scalar_index = _vector_layout(self.scalar_kinds,
+        self.vector_positions, self.scalar_index = vector_layout(self.scalar_kinds,
                                                                   graph.repeats)
         self.output_avals = output_avals(graph)  # what donated buffers may become
         self.manual = manual_steps(self.steps)
@@ -206,7 +206,7 @@ class Program:
         Example: ``program.replay(leaf_arrays, floats, ints, bools)``.
         """
         COUNTERS["graphs_compiled"] += 1  # runs only while JAX traces, i.e. compiles
-        vectors = {float: _unstack(floats), int: _unstack(ints), bool: _unstack(bools)}
+        vectors = {float: unstack(floats), int: unstack(ints), bool: unstack(bools)}
         index = iter(self.scalar_index)
         step_scalars = [[vectors[k][next(index)] for k in kinds] for kinds in self.step_kinds]
         values: list = [None] * len(self.steps)
@@ -320,59 +320,6 @@ def lower_node(sig, inputs: list, scalars: list) -> list:
     if sig.op in RANDOM_OPS:
         kwargs["key"] = jax.random.key(next(scalars))
     return _check(sig, LOWERINGS[sig.op](_jax_meta(sig), *args, **kwargs))
-
-
-def _scalar_kinds(sig) -> list:
-    kinds = []
-
-    def visit(item):
-        if isinstance(item, ScalarSlot):
-            kinds.append(float if item.kind is float else int if item.kind is int else bool)
-        elif isinstance(item, tuple):
-            for i in item:
-                visit(i)
-
-    for a in sig.template:
-        visit(a)
-    for _, v in sig.kw_template:
-        visit(v)
-    if sig.op in RANDOM_OPS:
-        kinds.append(int)
-    return kinds
-
-
-def _vector_layout(kinds: list, repeats: tuple) -> tuple[list[list[int]], list[int]]:
-    """Per scalar vector (``SCALAR_KINDS``), the flat positions of the values it holds; and
-    per flat scalar, its index in its vector. A repeat (``(position, earlier)``, same type
-    and value, so same kind) takes its earlier scalar's index.
-
-    Example::
-
-        >>> _vector_layout([float, int, float], ((2, 0),))
-        ([[0], [1], []], [0, 0, 0])
-    """
-    earlier = dict(repeats)
-    positions: list[list[int]] = [[] for _ in SCALAR_KINDS]
-    index: list[int] = []
-    for i, kind in enumerate(kinds):
-        if i in earlier:
-            index.append(index[earlier[i]])
-            continue
-        vector = positions[SCALAR_KINDS.index(kind)]
-        index.append(len(vector))
-        vector.append(i)
-    return positions, index
-
-
-def vectors_of(program: "Program", flat: list) -> list[np.ndarray]:
-    """The scalar vectors (float, int, bool) ``program`` takes for a graph's flat list of
-    scalars. Example: ``vectors_of(program, [s for n in graph.nodes for s in n.scalars])``."""
-    return [np.array([flat[i] for i in positions], dtype=dt)
-            for positions, dt in zip(program.vector_positions, VECTOR_DTYPES)]
-
-
-def _unstack(vector):
-    return [vector[i] for i in range(vector.shape[0])]
 
 
 def _fill(item, inputs, scalars):

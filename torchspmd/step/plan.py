@@ -37,8 +37,8 @@ from torchspmd.runtime import execute, in_flight, ownership, placement, rng, tra
 from torchspmd.runtime.cache import LRU
 from torchspmd.runtime.memory import check_fits
 from torchspmd.runtime.metrics import COUNTERS
-from torchspmd.runtime.program import (SCALAR_KINDS, Program, donated_first, vectors_of,
-                                       unrepresentable_output)
+from torchspmd.runtime.program import Program, donated_first, unrepresentable_output
+from torchspmd.runtime.scalar_inputs import SCALAR_KINDS, vectors_of
 from torchspmd.sharding.state import new_leaf
 from torchspmd.step import optim
 from torchspmd.step.capture import Captured
