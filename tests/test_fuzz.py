@@ -153,3 +153,23 @@ def test_a_drawn_op_whose_partner_would_be_too_large_is_skipped_not_raised():
     would have been too large for a program; the generator skips that op."""
     program = generate(0, 3476)
     assert "def program" in program.source
+
+
+def test_values_made_with_rounding_never_feed_whole_unit_ops():
+    """A value made with rounding is not "exact" even where CPU's value is whole: CPU's
+    bfloat16 log_softmax of [10, 4] is exactly [0, -6] where the float-accumulated value
+    (the device's, and CUDA's) is [-0.0025, -6], and floor division turned that into a
+    false "wrong value" (seed 4, program 531). Views of a value it changes follow it."""
+    import random
+
+    from torchspmd.testing.fuzz.generator import Builder
+
+    b = Builder(random.Random(0))
+    b.assign("torch.tensor([10.0, 4.0], dtype=torch.bfloat16)")  # t0
+    b.assign("torch.log_softmax(t0, 0)")  # t1
+    b.assign("t0[::1]")  # t2, a view of t0
+    assert torch.equal(b.value("t1").float(), torch.tensor([0.0, -6.0]))  # whole, on CPU
+    assert b.exact("t0") and b.exact("t2")
+    assert not b.exact("t1")
+    b.emit("t0.add_(t1)")  # t0 now carries t1's rounding, and so does its view
+    assert not b.exact("t0") and not b.exact("t2")

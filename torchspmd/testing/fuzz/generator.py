@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import math
 import random
+import re
 import textwrap
 from dataclasses import dataclass
 
@@ -75,6 +76,15 @@ def _device_ids(rng: random.Random, everything: bool) -> list[int]:
 MAX_ELEMENTS = 4096  # programs keep every tensor small: fast, and exact to compare
 
 
+# A line with one of these computes with rounding: its result, even where CPU's value is a
+# whole number, may differ from the device's in the last bit (CPU's bfloat16 log_softmax
+# gives 0.0 where the float-accumulated value is -0.0025), so it must not feed an op that
+# turns the last bit into a whole unit (floor division, %, comparisons, argmax).
+ROUNDING = ("softmax", "exp(", "tanh(", "sin(", "sigmoid(", "sqrt(", "/ 3", "mean(",
+            "logsumexp(", "var(", "prod(", "@", "matmul", "norm", "conv", "bmm", "einsum")
+_NAME = re.compile(r"\bt\d+\b")
+
+
 class LineSkipped(Exception):
     """A drawn op that cannot be written with small tensors; the generator draws on."""
 
@@ -89,6 +99,10 @@ class Builder:
         self.count = 0
         self.meshes: list[MeshInfo] = []
         self.marked: set[str] = set()
+        # Names whose values may carry rounding (see ROUNDING), and per name the names
+        # its line read (a view changes with its base: marking a base marks them too).
+        self.rounded: set[str] = set()
+        self.made_from: dict[str, set[str]] = {}
 
     # -- state -------------------------------------------------------------------------
 
@@ -132,9 +146,32 @@ class Builder:
             self.rebuild()  # the line may have changed tensors in place before it failed
             return False
         self.lines.append(line)
+        self._note_rounding(line)
         if self.new_name() in self.env:
             self.count += 1
         return True
+
+    def _note_rounding(self, line: str) -> None:
+        """Mark the name a kept line defines or changes in place (its first name) as
+        rounded if the line rounds or reads a rounded name; and every name made from it."""
+        names = _NAME.findall(line)
+        if not names:
+            return
+        target, read = names[0], set(names[1:])
+        self.made_from.setdefault(target, set()).update(read)
+        if not (any(marker in line for marker in ROUNDING) or (set(names) & self.rounded)):
+            return
+        todo = [target]
+        while todo:
+            name = todo.pop()
+            if name not in self.rounded:
+                self.rounded.add(name)
+                todo += [n for n, sources in self.made_from.items() if name in sources]
+
+    def exact(self, name: str) -> bool:
+        """Whether tensor ``name`` holds no rounding: made without any (see ROUNDING) and
+        whole-valued (``ops.exact``)."""
+        return name not in self.rounded and ops.exact(self.value(name))
 
     # -- what a line needs ---------------------------------------------------------------
 

@@ -56,7 +56,7 @@ def elementwise(b) -> None:
     if _float(v) and small(v):
         unary += [f"{x}.exp()", f"{x}.tanh()", f"{x}.sin()", f"torch.sigmoid({x})",
                   f"{x}.abs().sqrt()", f"{x} / 3"]
-    if exact(v):
+    if b.exact(x):
         unary += [f"({x} > 0).to({v.dtype})", f"torch.where({x} > 1, {x}, -{x})",
                   f"{x}.to(torch.float32)", f"{x}.to(torch.int64)", f"{x}.to(torch.bfloat16)",
                   f"torch.div({x}, 3, rounding_mode='floor')", f"{x} % 3"]
@@ -73,7 +73,7 @@ def elementwise(b) -> None:
     y = y or b.fresh(tuple(shape), v.dtype)
     binary = [f"{x} + {y}", f"{x} * {y}", f"{x} - {y}", f"torch.maximum({x}, {y})",
               f"torch.minimum({x}, {y})", f"{y} + {x}"]
-    if exact(v) and exact(b.value(y)):
+    if b.exact(x) and b.exact(y):
         binary += [f"torch.where({y} > 0, {x}, {y})"]
     b.assign(rng.choice(binary))
 
@@ -118,7 +118,7 @@ def in_place(b) -> None:
                f"{x}[{pre}{i}].add_({scalar})", f"{x}[{pre}::2].mul_(3)"]
     if v.dim() == 2:
         choices += [f"{x}.t_()", f"{x}.t().add_(1)"]
-    if exact(v):
+    if b.exact(x):
         choices += [f"{x}.masked_fill_({x} > 0, {scalar})"]
     line = rng.choice(choices)
     if rng.random() < 0.35:  # a tensor source, same shape or broadcast
@@ -148,7 +148,7 @@ def reduction(b) -> None:
             choices.append(f"{x}.logsumexp({d})")
             if v.dim() and v.shape[d] > 1:  # var of one element is NaN, with a warning
                 choices.append(f"{x}.var({d})")
-    if exact(v) and v.numel() > 0:
+    if b.exact(x) and v.numel() > 0:
         choices += [f"{x}.argmax({d})", f"{x}.argmin()", f"{x}.max({d}).indices"]
     if small(v, 4) and v.numel() <= 64:
         choices.append(f"{x}.prod({d})")
