@@ -26,6 +26,7 @@ Example::
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -148,7 +149,7 @@ def _open_flag(device) -> _Flag:
     return _STATE.open
 
 
-def fold(code: torch.Tensor, messages: list[str]) -> None:
+def fold(code: torch.Tensor, messages: Sequence[str]) -> None:
     """Fold another flag into the pending graph's: ``code`` (an int32 spmd scalar) is 0, or
     the number of the failing op's message in ``messages``. A loop traced once and run on
     the device keeps its body's flag this way (``generation/device_loop.py``).
@@ -159,15 +160,11 @@ def fold(code: torch.Tensor, messages: list[str]) -> None:
     """
     if not messages or not _STATE.on:
         return
-    _STATE.busy = True
-    try:
-        with torch.no_grad():
-            flag = _open_flag(code.device)
-            offset = len(flag.messages)
-            flag.messages.extend(messages)
-            flag.tensor = torch.where(flag.tensor.eq(0) & code.ne(0), code + offset, flag.tensor)
-    finally:
-        _STATE.busy = False
+    with torch.no_grad():  # (no indexing op here: nothing for ``note`` to check)
+        flag = _open_flag(code.device)
+        offset = len(flag.messages)
+        flag.messages.extend(messages)
+        flag.tensor = torch.where(flag.tensor.eq(0) & code.ne(0), code + offset, flag.tensor)
 
 
 def take_flag() -> _Flag | None:

@@ -17,7 +17,7 @@ Example::
     op, constants, checks = DeviceLoop.of(one_token, carried, read_only, flags_at=k)
     new = record_op(op, [count, *carried, *read_only, *constants])
     if checks:
-        index_checks.fold(new.pop(), list(checks))
+        index_checks.fold(new.pop(), checks)
 """
 
 from __future__ import annotations

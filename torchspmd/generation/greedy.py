@@ -33,6 +33,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from jax.tree_util import tree_flatten, tree_unflatten
 import torch
 from transformers.generation.configuration_utils import GenerationMode
 from transformers.generation.logits_process import (MinLengthLogitsProcessor,
@@ -191,32 +192,31 @@ class GreedyLoop:
         """The compiled step: up to ``count`` tokens in one ``DeviceLoop``, which stops
         early once every row's flag is 0. ``state`` holds the very tensors of the
         adaptation's cache; every carried tensor is updated in place."""
-        carried = [*state, ids, flags, made, index] + ([positions] if positions is not None else [])
-        names = [k for k, v in inputs.items() if isinstance(v, torch.Tensor)]
-        read_only = [*(ends or ()), *(bans or ()), *(inputs[k] for k in names)]
+        # The loop's inputs as flat lists (JAX's pytrees: a ``None``, an absent
+        # ``positions`` or ``bans``, holds no tensor): what it updates, then what it reads.
+        carried, carried_spec = tree_flatten((state, ids, flags, made, index, positions))
+        tensor_inputs = {k: v for k, v in inputs.items() if isinstance(v, torch.Tensor)}
+        read_only, read_spec = tree_flatten((ends, bans, tensor_inputs))
         cache = self.adaptation.cache
 
         def one_token(*tensors):
-            values, extra = list(tensors[:len(carried)]), list(tensors[len(carried):])
-            own_state = values[:len(state)]
-            own_ids, own_flags, own_made, own_index, *own_positions = values[len(state):]
-            own_ends = (extra.pop(0), extra.pop(0)) if ends is not None else None
-            own_bans = tuple(extra.pop(0) for _ in bans) if bans is not None else None
-            own_inputs = {**inputs, **dict(zip(names, extra))}
+            own_state, *own = tree_unflatten(carried_spec, tensors[:len(carried)])
+            own_ends, own_bans, own_inputs = tree_unflatten(read_spec, tensors[len(carried):])
+            own_ids, own_flags, own_made, own_index, own_positions = own
             outside = static_cache.swap(cache, own_state)
             try:
-                self._token(own_ids, own_positions[0] if own_positions else None, own_flags,
-                            own_made, own_index, own_ends, own_bans, **own_inputs)
-                new_state = static_cache.tensors(cache)  # (the model may rebind them)
+                self._token(own_ids, own_positions, own_flags, own_made, own_index, own_ends,
+                            own_bans, **{**inputs, **own_inputs})
+                own_state = static_cache.tensors(cache)  # (the model may rebind them)
             finally:
                 static_cache.swap(cache, outside)
-            return [*new_state, *values[len(state):]]
+            return tree_flatten((own_state, *own))[0]
 
-        flags_at = len(state) + 1 if ends is not None else None
+        flags_at = len(state) + 1 if ends is not None else None  # after the cache and the ids
         loop, constants, checks = DeviceLoop.of(one_token, carried, read_only, flags_at)
         values = record_op(loop, [count, *carried, *read_only, *constants])
         if checks:
-            index_checks.fold(values.pop(), list(checks))
+            index_checks.fold(values.pop(), checks)
         for tensor, value in zip(carried, values):
             tensor.copy_(value)
 

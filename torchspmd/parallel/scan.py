@@ -144,7 +144,7 @@ def scan_layers(layers: Iterable[nn.Module], input_data: torch.Tensor, *,
     op = ScanOp.get(traced, len(stacked), len(constants), checkpoint)
     out, *checks = apply(op, [input_data, *stacked, *constants])
     if checks:
-        index_checks.fold(checks[0], list(traced.checks))
+        index_checks.fold(checks[0], traced.checks)
     return out
 
 

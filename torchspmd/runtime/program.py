@@ -29,7 +29,6 @@ from torchspmd.runtime.scalar_inputs import (SCALAR_KINDS, scalar_kinds, unstack
                                              vectors_of)
 
 
-
 class Program:
     """The jitted replay of one graph shape; call :meth:`run` with a graph of that key."""
 
