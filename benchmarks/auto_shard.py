@@ -1,6 +1,6 @@
 """torchspmd.auto_shard's chosen plan next to hand-written DP, FSDPv2, TP and FSDP+TP.
 
-    python benchmarks/auto_shard.py [--quick] [--steps 5] [--cases gpt-s,mlp]
+    python benchmarks/auto_shard.py [--quick] [--steps 5] [--cases gpt-s,mlp] [--fit]
 
 On 8 CPU devices, a ('data', 'model') = 4 x 2 mesh. For each model (the GPT of
 ``examples/gpt.py`` at two sizes, Hugging Face Llama and GPT-2 with tiny configs, an MLP
@@ -15,6 +15,11 @@ memory and XLA's memory analysis of the compiled step) and the targets: chosen p
 1.1x the fastest hand-written plan, prediction within 30% and ranking the hand-written
 plans in measured order, the tight-budget plan fitting its budget, training equal to
 CPU's losses. Ends with the worst ratios. On a loaded machine the times are noisy.
+
+``--fit`` also fits the machine model's constants (``torchspmd.auto_shard.Machine``) to
+the hand-written plans' measured steps by non-negative least squares over XLA's numbers
+for each plan's whole step (flops, bytes, collectives, bytes sent) and prints them, with
+the worst ratio of the fit: how ``cost_model.CPU`` was made.
 """
 
 from __future__ import annotations
@@ -35,6 +40,8 @@ import torch.nn.functional as F  # noqa: E402
 from torch import nn  # noqa: E402
 
 import torchspmd  # noqa: E402
+from torchspmd.auto_shard import fit  # noqa: E402
+from torchspmd.auto_shard.pricing import step_seconds  # noqa: E402
 from torchspmd.auto_shard.api import HAND_WRITTEN, NoPlanFits, Planner  # noqa: E402
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "examples"))
@@ -148,6 +155,10 @@ def _key(plan):
     return plan.best.batch, tuple(sorted(plan.specs.items()))
 
 
+# (Priced, measured seconds) of every hand-written plan trained, for ``--fit``.
+FIT_ROWS: list = []
+
+
 def run_case(name: str, mesh, steps: int) -> dict:
     model, data, loss_fn = case(name)
     start = time.perf_counter()
@@ -165,6 +176,9 @@ def run_case(name: str, mesh, steps: int) -> dict:
         if _key(plan) not in measured:
             measured[_key(plan)] = train(model, plan, data, loss_fn, steps)
         rows[label] = (plan, *measured[_key(plan)])
+        if label in HAND_WRITTEN:
+            FIT_ROWS.append((planner.pricer.price(plan.best.batch, plan.specs),
+                             rows[label][1]))
     reference = cpu_losses(model, data, loss_fn, len(rows["auto"][2]))
     print(f"\n{name}: planned in {plan_s:.1f} s ({planner.programs_compiled} layer programs "
           f"compiled); choices: {plans['auto'].best.choices}, batch over "
@@ -209,6 +223,8 @@ def main(argv=None) -> None:
     parser.add_argument("--quick", action="store_true", help="gpt-s and mlp, 5 timed steps")
     parser.add_argument("--steps", type=int, default=10)
     parser.add_argument("--cases", default="gpt-s,gpt-m,llama,gpt2,mlp")
+    parser.add_argument("--fit", action="store_true",
+                        help="fit the machine model's constants to the measured steps")
     args = parser.parse_args(argv)
     cases = ["gpt-s", "mlp"] if args.quick else args.cases.split(",")
     steps = 5 if args.quick else args.steps
@@ -228,6 +244,12 @@ def main(argv=None) -> None:
           f"{max(r['prediction'] for r in results.values()):.2f}x; ranking right in "
           f"{sum(r['ranking'] for r in results.values())}/{len(results)}; tight budget fits "
           f"in {sum(r['fits'] for r in results.values())}/{len(results)}")
+    if args.fit:
+        machine = fit(FIT_ROWS, name="cpu")
+        worst = max(max(r, 1 / r) for r in (step_seconds(machine, p.whole, p.update_bytes) / s
+                                                 for p, s in FIT_ROWS))
+        print(f"\nfitted to {len(FIT_ROWS)} hand-written plans (worst ratio {worst:.2f}):\n"
+              f"  {machine}")
 
 
 if __name__ == "__main__":

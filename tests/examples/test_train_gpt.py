@@ -33,7 +33,8 @@ def run(*extra: str, steps: int = 10) -> train_gpt.RunResult:
     ["--strategy", "tp", "--untied"],
     ["--strategy", "fsdp+tp"],
     ["--strategy", "fsdp+tp", "--devices", "4,5,6,7"],
-], ids=["dp", "fsdp", "tp-untied", "fsdp+tp", "fsdp+tp-submesh"])
+    ["--strategy", "auto"],
+], ids=["dp", "fsdp", "tp-untied", "fsdp+tp", "fsdp+tp-submesh", "auto"])
 def test_ten_steps_match_cpu_within_1e_4_and_compile_at_most_3_times(extra):
     result = run("--cpu-reference", *extra)
     assert len(result.losses) == 10

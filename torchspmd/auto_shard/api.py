@@ -11,8 +11,6 @@ Example::
 from __future__ import annotations
 
 import dataclasses
-import math
-from collections import Counter
 from typing import Any, Callable
 
 import jax
@@ -24,7 +22,7 @@ from torchspmd.auto_shard.cost_model import Machine, machine_for
 from torchspmd.auto_shard.measure import Programs
 from torchspmd.auto_shard.plan import AutoShardPlan, PlanSummary
 from torchspmd.auto_shard.roles import Group, find_groups, repeated_modules
-from torchspmd.auto_shard.whole_step import whole_step
+from torchspmd.auto_shard.pricing import Priced, Pricer, shard_bytes
 from torchspmd.auto_shard.solve import Choice, Option, Solution, solve, smallest_memory
 from torchspmd.sharding import Mesh
 
@@ -50,20 +48,10 @@ def _itemsize(dtype: str) -> int:
     return torch.empty((), dtype=getattr(torch, dtype)).element_size()
 
 
-def _shard_bytes(shape, spec, itemsize: int, mesh: Mesh) -> float:
-    sizes = mesh.shape()
-    shards = 1
-    for entry in spec:
-        for axis in (entry if isinstance(entry, tuple) else (entry,)):
-            shards *= sizes[axis] if axis is not None else 1
-    return math.prod(shape) * itemsize / shards
-
-
 class _Planner:
     def __init__(self, mesh: Mesh, slots: int, machine: Machine):
         self.mesh, self.slots, self.machine = mesh, slots, machine
         self.programs = Programs(mesh, slots)
-        self.collectives: dict[tuple, Counter] = {}
         self.skipped: list[str] = []  # candidates XLA could not compile, and why
 
     def layouts(self, group: Group, candidate, batch) -> list[tuple] | None:
@@ -83,7 +71,6 @@ class _Planner:
         if layouts is None:
             return None
         seconds = memory = 0.0
-        counts: Counter = Counter()
         for layer, position, w, bias, acts in layouts:
             try:
                 measured = self.programs.measure(layer, w, acts)
@@ -98,21 +85,18 @@ class _Planner:
             # the program's temporaries (a gathered weight lives there, and a step keeps it
             # from the forward to the backward): an upper bound, not a tight one.
             memory += (measured.argument_bytes + measured.temp_bytes
-                       + _shard_bytes(layer.shape, w, item, self.mesh))
+                       + shard_bytes(layer.shape, w, item, self.mesh))
             if candidate.fsdp:
                 # In a whole step XLA keeps the gathered weight from the forward to the
                 # backward and the whole gradient until its reduce-scatter, for every layer
                 # at once (its memory analysis of GPT steps shows it): two gathered copies.
                 gathered = cands.weight_spec(layer, position,
                                              cands.Candidate(tp=candidate.tp), self.mesh)
-                memory += 2 * (_shard_bytes(layer.shape, gathered, item, self.mesh)
-                               - _shard_bytes(layer.shape, w, item, self.mesh))
+                memory += 2 * (shard_bytes(layer.shape, gathered, item, self.mesh)
+                               - shard_bytes(layer.shape, w, item, self.mesh))
             if layer.bias is not None:
-                memory += (2 + self.slots) * _shard_bytes(
+                memory += (2 + self.slots) * shard_bytes(
                     (layer.shape[layer.out_dim],), bias, item, self.mesh)
-            counts.update(c.kind for c in measured.collectives)
-        self.collectives[(group.role, candidate.name, batch)] = Counter(
-            {k: v * group.count for k, v in counts.items()})
         return Choice(candidate.name, seconds * group.count, memory * group.count)
 
 
@@ -177,20 +161,17 @@ class Planner:
         self.mesh = mesh
         self.groups = find_groups(model, example_inputs, run)
         self.shapes = {n: p.dim() for n, p in model.named_parameters()}
-        self._params = {n: (tuple(p.shape), p.element_size())
-                        for n, p in model.named_parameters()}
-        self._model, self._inputs, self._loss_fn = model, example_inputs, loss_fn
         self.repeated = repeated_modules(model)
-        slots = self._slots = _slots(optimizer)
+        slots = _slots(optimizer)
         self.machine = machine or machine_for(jax.devices()[0].platform)
         self._measure = _Planner(mesh, slots, self.machine)
-        param_bytes = sum(p.numel() * p.element_size() for p in model.parameters())
-        # The optimizer's elementwise update of every replicated parameter: read and write
-        # the parameter and its moments, read the gradient.
-        update_s = param_bytes * (3 + 2 * slots) / self.machine.bytes_per_s
+        self.pricer = Pricer(model, mesh, example_inputs, loss_fn, self.repeated, slots,
+                             self.machine)
         self.options: dict[tuple, Option] = {}
         for batch in cands.batch_candidates(mesh, batch_tensor.shape[0]):
-            whole = whole_step(model, mesh, example_inputs, loss_fn, batch, self.repeated)
+            # The replicated plan's whole step: the base every candidate changes.
+            replicated_plan = self.pricer.price(batch, {})
+            whole = replicated_plan.whole
             per_group = []
             for group in self.groups:
                 found = [self._measure.choice(group, c, batch)
@@ -200,10 +181,8 @@ class Planner:
             # from replicating it: base = whole - sum of the replicated choices.
             replicated = [next(c for c in choices if c.name == "replicate")
                           for choices in per_group]
-            time = (self.machine.step_overhead_s + update_s
-                    + self.machine.time(whole.flops, whole.bytes_accessed, whole.collectives)
-                    - sum(c.time for c in replicated))
-            memory = whole.memory_bytes + slots * param_bytes - sum(c.memory for c in replicated)
+            time = replicated_plan.seconds - sum(c.time for c in replicated)
+            memory = replicated_plan.memory_bytes - sum(c.memory for c in replicated)
             self.options[batch] = Option(time, memory, per_group)
 
     @property
@@ -215,69 +194,97 @@ class Planner:
              strategy: str | None = None) -> AutoShardPlan:
         """The fastest predicted plan within ``memory_budget`` bytes per device, or (with
         ``strategy``, one of ``dp``/``fsdp``/``tp``/``fsdp+tp``) that hand-written plan
-        with its prediction. Raises :class:`NoPlanFits` when none fits."""
-        options = self.options
+        with its prediction. Raises :class:`NoPlanFits` when none fits.
+
+        The integer program proposes its two best plans; they and the hand-written plans
+        are then priced as the programs they become (``pricing.py``: each plan's whole
+        step compiled, never run), and the fastest whose memory fits wins."""
         if strategy is not None:
-            batch, names = hand_written(strategy, self.mesh)
-            if batch not in options:
-                raise ValueError(f"torchspmd.auto_shard: strategy {strategy!r} splits the "
-                                 f"batch over {batch}, which does not divide it")
-            option = options[batch]
-            options = {batch: Option(option.time, option.memory, [
-                [c for c in choices if c.name == names[g.kind]]
-                for g, choices in zip(self.groups, option.groups)])}
-        named = {",".join(b): o for b, o in options.items()}
+            pool = [self._hand_written(strategy)]
+        else:
+            pool = self._proposed(memory_budget)
+            for name in HAND_WRITTEN:
+                try:
+                    pool.append(self._hand_written(name))
+                except ValueError:  # the mesh or the batch does not allow it
+                    continue
+        priced, seen = [], set()
+        for summary in pool:
+            specs = self._specs(summary)
+            key = (summary.batch, tuple(sorted(specs.items())))
+            if key in seen:
+                continue
+            seen.add(key)
+            found = self.pricer.price(summary.batch, specs)
+            if memory_budget is None or found.memory_bytes <= memory_budget:
+                priced.append((found, summary, specs))
+        if not priced:
+            self._no_plan_fits(memory_budget, pool)
+        # Stable sort: on equal predictions the integer program's order, then HAND_WRITTEN's.
+        priced.sort(key=lambda entry: entry[0].seconds)
+        (best, summary, specs), rest = priced[0], priced[1:]
+        runner_up = None
+        if rest:
+            found, other, _ = rest[0]
+            runner_up = dataclasses.replace(other, step_s=found.seconds,
+                                            memory_bytes=found.memory_bytes)
+        summary = dataclasses.replace(summary, step_s=best.seconds,
+                                      memory_bytes=best.memory_bytes)
+        mesh = self.mesh
+        return AutoShardPlan([int(d) for d in mesh.device_ids], tuple(mesh.mesh_shape),
+                             tuple(mesh.axis_names), specs, summary, runner_up,
+                             best.collectives, self.repeated, memory_budget,
+                             self.machine.name)
+
+    def _hand_written(self, strategy: str) -> PlanSummary:
+        """A hand-written strategy as a plan of this model (ValueError if it cannot be)."""
+        batch, names = hand_written(strategy, self.mesh)
+        if batch not in self.options:
+            raise ValueError(f"torchspmd.auto_shard: strategy {strategy!r} splits the "
+                             f"batch over {batch}, which does not divide it")
+        option = self.options[batch]
+        only = Option(option.time, option.memory, [
+            [c for c in choices if c.name == names[g.kind]]
+            for g, choices in zip(self.groups, option.groups)])
+        (solution,) = solve({",".join(batch): only}, None, solutions=1)
+        return self._summary(solution)
+
+    def _summary(self, solution: Solution) -> PlanSummary:
+        batch = next(b for b in self.options if ",".join(b) == solution.batch)
+        return PlanSummary(batch, {g.role: c for g, c in zip(self.groups, solution.choices)},
+                           solution.time, solution.memory)
+
+    def _proposed(self, memory_budget: float | None) -> list[PlanSummary]:
+        """The integer program's two best plans for the budget. Its memory adds up layers;
+        with a budget XLA has the last word: a proposal whose whole step needs more is
+        cut from the program, which is solved again (a few times at most); if none of
+        those fit, the least-memory plan."""
+        named = {",".join(b): o for b, o in self.options.items()}
         found = solve(named, memory_budget, solutions=2)
         checked: list[Solution] = []
-        while found and memory_budget is not None and len(checked) < _CHECKS:
-            # The prediction adds up layers; XLA has the last word: compile the chosen
-            # plan's whole forward and backward, add its optimizer state, and rule the
-            # plan out if that exceeds the budget.
-            measured = self._measured_memory(found[0], options)
-            if measured <= memory_budget:
-                found[0] = dataclasses.replace(found[0], memory=max(found[0].memory, measured))
+        while found and memory_budget is not None:
+            if self._priced(self._summary(found[0])).memory_bytes <= memory_budget:
                 break
             checked.append(found[0])
-            found = solve(named, memory_budget, solutions=2, excluded=tuple(checked))
-        else:
-            if checked:
-                found = []
+            found = (solve(named, memory_budget, solutions=2, excluded=tuple(checked))
+                     if len(checked) < _CHECKS else [])
         if not found:
-            # The least-memory plan, and what XLA says it needs (the prediction adds up
-            # layers and may be below it): the answer when it fits and the faster plans
-            # checked did not.
-            smallest = solve(named, None, solutions=1, minimize="memory")[0]
-            measured = self._measured_memory(smallest, options)
-            if memory_budget is not None and measured <= memory_budget:
-                found = [dataclasses.replace(smallest, memory=max(smallest.memory, measured))]
-        if not found:
-            need = max(smallest_memory(named), measured)
-            over = (f" ({len(checked)} plan(s) predicted to fit needed more by XLA's memory "
-                    "analysis of their compiled step)" if checked else "")
-            raise NoPlanFits(
-                f"torchspmd.auto_shard: no plan fits memory_budget={memory_budget:.0f} bytes "
-                f"per device; the smallest any candidate plan needs is {need:.0f} bytes "
-                f"({need / 2**20:.2f} MiB){over}. Raise the budget, use a larger mesh, or a "
-                "smaller batch.")
-        by_name = {",".join(b): b for b in options}
-        summaries = [PlanSummary(by_name[s.batch],
-                                 {g.role: c for g, c in zip(self.groups, s.choices)},
-                                 s.time, s.memory) for s in found]
-        return self._plan(summaries[0], summaries[1] if len(summaries) > 1 else None,
-                          memory_budget)
+            found = solve(named, None, solutions=1, minimize="memory")
+        return [self._summary(s) for s in found]
 
-    def _measured_memory(self, solution: Solution, options: dict) -> float:
-        """XLA's bytes per device for the solution's forward and backward, plus the
-        optimizer state of its parameters."""
-        batch = next(b for b in options if ",".join(b) == solution.batch)
-        summary = PlanSummary(batch, {g.role: c for g, c in zip(self.groups, solution.choices)},
-                              solution.time, solution.memory)
-        specs = self._specs(summary)
-        whole = whole_step(self._model, self.mesh, self._inputs, self._loss_fn, batch,
-                           self.repeated, specs)
-        state = sum(_shard_bytes(shape, specs[name], item, self.mesh)
-                    for name, (shape, item) in self._params.items())
-        return whole.memory_bytes + self._slots * state
+    def _priced(self, summary: PlanSummary) -> Priced:
+        return self.pricer.price(summary.batch, self._specs(summary))
+
+    def _no_plan_fits(self, memory_budget: float, pool: list[PlanSummary]) -> None:
+        named = {",".join(b): o for b, o in self.options.items()}
+        # XLA's least among the plans tried (the least-memory plan among them), never
+        # below the integer program's own least.
+        need = max(smallest_memory(named), min(self._priced(s).memory_bytes for s in pool))
+        raise NoPlanFits(
+            f"torchspmd.auto_shard: no plan fits memory_budget={memory_budget:.0f} bytes "
+            f"per device; the smallest any candidate plan needs is {need:.0f} bytes "
+            f"({need / 2**20:.2f} MiB), as XLA's memory analysis of its compiled step "
+            "says. Raise the budget, use a larger mesh, or a smaller batch.")
 
     def _specs(self, best: PlanSummary) -> dict[str, tuple]:
         specs: dict[str, tuple] = {n: (None,) * dim for n, dim in self.shapes.items()}
@@ -292,21 +299,6 @@ class Planner:
                     if layer.bias is not None:
                         specs[layer.bias] = cands.bias_spec(layer, position, candidate)
         return specs
-
-    def _plan(self, best: PlanSummary, runner_up: PlanSummary | None,
-              memory_budget: float | None) -> AutoShardPlan:
-        mesh = self.mesh
-        specs = self._specs(best)
-        collectives: Counter = Counter()
-        for group in self.groups:
-            collectives += self._measure.collectives[(group.role, best.choices[group.role],
-                                                      best.batch)]
-        kinds = ("all-gather", "all-reduce", "reduce-scatter", "all-to-all",
-                 "collective-permute")
-        return AutoShardPlan([int(d) for d in mesh.device_ids], tuple(mesh.mesh_shape),
-                             tuple(mesh.axis_names), specs, best, runner_up,
-                             {k: collectives.get(k, 0) for k in kinds}, self.repeated,
-                             memory_budget, self.machine.name)
 
 
 def auto_shard(model: nn.Module, mesh: Mesh, example_inputs: Any, *,
