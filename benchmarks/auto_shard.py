@@ -8,7 +8,8 @@ stack) one :class:`torchspmd.auto_shard.Planner` measures the candidates; the ch
 the four hand-written plans (the same layouts as ``examples/gpt.py``'s strategies, priced
 by the same planner) and the plan chosen under a tight budget (half of DP's predicted
 memory: replication is ruled out) are then each trained with ``torchspmd.compile`` and
-AdamW, all in this one invocation, and timed (median step, loss read back every step).
+AdamW, all in this one invocation, and timed (loss read back every step; the plans step in
+turn, step i of each before step i + 1, so that the machine's load falls on all alike).
 
 Prints a table per model (predicted and measured step time, their ratio, predicted
 memory and XLA's memory analysis of the compiled step) and the targets: chosen plan <=
@@ -110,31 +111,53 @@ def _to_spmd(model):
     return model
 
 
-def train(model, plan, data, loss_fn, steps: int, warmup: int = 2):
-    """(fastest step seconds, losses, XLA bytes per device, median step seconds)."""
-    model = plan.apply(_to_spmd(model))
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+class Trainer:
+    """One plan's model and AdamW under ``torchspmd.compile``, stepped one step at a time."""
 
-    @torchspmd.compile
-    def step(x, y):
-        opt.zero_grad()
-        loss = loss_fn(model, x, y)
-        loss.backward()
-        opt.step()
-        return loss
+    def __init__(self, model, plan, data, loss_fn):
+        self.plan, self.data = plan, data
+        self.model = plan.apply(_to_spmd(model))
+        opt = torch.optim.AdamW(self.model.parameters(), lr=1e-3)
 
-    times, losses = [], []
-    for i in range(warmup + steps):
-        x, y = plan.shard_batch(*(t.to("spmd") for t in data[i % len(data)]))
+        @torchspmd.compile
+        def step(x, y):
+            opt.zero_grad()
+            loss = loss_fn(self.model, x, y)
+            loss.backward()
+            opt.step()
+            return loss
+
+        self.compiled = step
+        self.times: list[float] = []
+        self.losses: list[float] = []
+
+    def step(self, i: int) -> None:
+        x, y = self.plan.shard_batch(*(t.to("spmd") for t in self.data[i % len(self.data)]))
         start = time.perf_counter()
-        losses.append(step(x, y).item())
-        times.append(time.perf_counter() - start)
-    m = step.memory_analysis()
-    used = (m.argument_size_in_bytes + m.output_size_in_bytes - m.alias_size_in_bytes
-            + m.temp_size_in_bytes)
+        self.losses.append(self.compiled(x, y).item())
+        self.times.append(time.perf_counter() - start)
+
+    def bytes_per_device(self) -> int:
+        m = self.compiled.memory_analysis()
+        return (m.argument_size_in_bytes + m.output_size_in_bytes - m.alias_size_in_bytes
+                + m.temp_size_in_bytes)
+
+
+def train(model, plans: list, data, loss_fn, steps: int, warmup: int = 2) -> list[tuple]:
+    """Per plan: (fastest step seconds, losses, XLA bytes per device, median step seconds).
+
+    The plans step in turn (step i of each, then step i + 1), so that a change in the
+    machine's load falls on all of them alike: measured one after the other, a plan
+    measured in a busy minute would look slower than it is.
+    """
+    trainers = [Trainer(model, plan, data, loss_fn) for plan in plans]
+    for i in range(warmup + steps):
+        for trainer in trainers:
+            trainer.step(i)
     # The fastest step is the least disturbed one on a shared machine: compared; the
     # median is shown too.
-    return min(times[warmup:]), losses, used, statistics.median(times[warmup:])
+    return [(min(t.times[warmup:]), t.losses, t.bytes_per_device(),
+             statistics.median(t.times[warmup:])) for t in trainers]
 
 
 def cpu_losses(model, data, loss_fn, steps: int) -> list[float]:
@@ -171,10 +194,10 @@ def run_case(name: str, mesh, steps: int) -> dict:
         plans["auto@tight"] = planner.plan(memory_budget=budget)
     except NoPlanFits as error:
         print(f"{name}: tight budget {budget / 2**20:.2f} MiB: {error}")
-    measured, rows = {}, {}
+    distinct = list({_key(plan): plan for plan in plans.values()}.values())
+    measured = dict(zip(map(_key, distinct), train(model, distinct, data, loss_fn, steps)))
+    rows = {}
     for label, plan in plans.items():
-        if _key(plan) not in measured:
-            measured[_key(plan)] = train(model, plan, data, loss_fn, steps)
         rows[label] = (plan, *measured[_key(plan)])
         if label in HAND_WRITTEN:
             FIT_ROWS.append((planner.pricer.price(plan.best.batch, plan.specs),

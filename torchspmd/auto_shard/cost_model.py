@@ -72,11 +72,11 @@ class Machine:
 
 # Fitted on the development machine (2 cores, 8 XLA CPU devices; quiet) by
 # ``python benchmarks/auto_shard.py --fit``, 2026-11-28: 20 measured steps (4 hand-written
-# plans of 5 models), fitted within 30% for 19 of them (worst 1.30x); leaving one model
-# out of the fit, its plans came within 1.41x. The link rate is fixed, not fitted (an
-# in-process copy; fitting it too overfits these few rows).
-CPU = Machine("cpu", flops_per_s=1.45e10, bytes_per_s=4.1e9, latency_s=0.0,
-              link_bytes_per_s=8e9, step_overhead_s=4.0e-3, rendezvous_s=24e-6)
+# plans of 5 models, stepped in turn), all fitted within 30% (worst 1.24x); leaving one
+# model out of the fit, its plans came within 1.33x. The link rate is fixed, not fitted
+# (an in-process copy; fitting it too overfits these few rows).
+CPU = Machine("cpu", flops_per_s=1.86e10, bytes_per_s=3.58e9, latency_s=0.0,
+              link_bytes_per_s=8e9, step_overhead_s=4.3e-3, rendezvous_s=23.4e-6)
 # Spec-sheet numbers (fp32 non-tensor-core FLOP/s, HBM3, NVLink 4 one direction); a place
 # for measured ones.
 H100 = Machine("h100", flops_per_s=67e12, bytes_per_s=3.35e12, latency_s=10e-6,
