@@ -76,6 +76,12 @@ def test_meaningless_calls_raise_naming_the_call(call, names):
         call()
 
 
+def test_auto_sharding_request_points_to_auto_shard():
+    """``xr.use_spmd(auto=True)`` says where torchspmd's auto-sharding is."""
+    with pytest.raises((NotImplementedError, RuntimeError), match="torchspmd.auto_shard"):
+        xr.use_spmd(auto=True)
+
+
 def test_module_not_served_names_itself():
     """Importing a torch_xla module torchspmd does not serve says which one, and what is."""
     with pytest.raises(ModuleNotFoundError, match="torch_xla.experimental.custom_kernel"):

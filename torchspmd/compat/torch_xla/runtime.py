@@ -19,10 +19,15 @@ from torchspmd.runtime import (addressable_runtime_device_count, global_ordinal,
 
 
 def use_spmd(auto: bool = False) -> None:
-    """SPMD is how torchspmd always runs; ``auto=True`` (auto-sharding) is refused."""
+    """SPMD is how torchspmd always runs; ``auto=True`` is refused: PyTorch/XLA's
+    auto-sharding picks layouts hidden inside its compiler (on TPU only), torchspmd plans
+    them in the open with ``torchspmd.auto_shard``."""
     if auto:
-        unsupported("xr.use_spmd(auto=True)", "annotate shardings with mark_sharding (or wrap "
-                    "the model in SpmdFullyShardedDataParallel)")
+        unsupported("xr.use_spmd(auto=True)", "plan the shardings with "
+                    "torchspmd.auto_shard(model, mesh, example_inputs, loss_fn=...) and apply "
+                    "them with plan.apply(model) (docs/guides/auto-shard.md), or annotate "
+                    "them with mark_sharding (or wrap the model in "
+                    "SpmdFullyShardedDataParallel)")
 
 
 def is_spmd() -> bool:
