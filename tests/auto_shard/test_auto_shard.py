@@ -161,6 +161,19 @@ def test_no_plan_fits_names_the_smallest_memory():
     assert plan_for(budget=smallest + 1).predicted_memory_bytes <= smallest + 1
 
 
+def test_a_plan_for_another_model_is_refused(free_plan):
+    """Applying a plan to a model whose parameters it does not know raises, naming them,
+    instead of leaving them replicated without a word."""
+    other = model()
+    other.blocks.append(Block())
+    with pytest.raises(ValueError, match=r"no spec for 'blocks\.2\.down\.bias'"):
+        free_plan.apply(other.to("spmd"))
+    fewer = model()
+    del fewer.blocks[1]
+    with pytest.raises(ValueError, match=r"model has no parameter 'blocks\.1\.down\.bias'"):
+        free_plan.apply(fewer.to("spmd"))
+
+
 def test_print_shows_specs_time_memory_and_runner_up(free_plan):
     """str(plan) has a row per role with its spec, the predicted step and memory, the
     collectives and the runner-up."""

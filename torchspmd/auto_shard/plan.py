@@ -112,7 +112,19 @@ class AutoShardPlan:
             >>> model = plan.apply(model.to("spmd"))           # doctest: +SKIP
         """
         mesh = self.mesh
-        for name, p in model.named_parameters():
+        names = dict(model.named_parameters())
+        unknown = sorted(set(names) - set(self.specs))
+        missing = sorted(set(self.specs) - set(names))
+        if unknown or missing:
+            raise ValueError(
+                "torchspmd.auto_shard: this plan was made for another model: "
+                + "; ".join(f"{what} {', '.join(repr(n) for n in found[:3])}"
+                            + (f" and {len(found) - 3} more" if len(found) > 3 else "")
+                            for what, found in (("the plan has no spec for", unknown),
+                                                ("the model has no parameter", missing))
+                            if found)
+                + ". Plan again for this model: torchspmd.auto_shard(model, mesh, inputs, ...)")
+        for name, p in names.items():
             if p.device.type != "spmd":
                 raise ValueError(f"torchspmd.auto_shard: plan.apply needs the model on the "
                                  f"spmd device, but parameter {name!r} is on {p.device}; "
