@@ -246,8 +246,12 @@ class Planner:
         only = Option(option.time, option.memory, [
             [c for c in choices if c.name == names[g.kind]]
             for g, choices in zip(self.groups, option.groups)])
-        (solution,) = solve({",".join(batch): only}, None, solutions=1)
-        return self._summary(solution)
+        found = solve({",".join(batch): only}, None, solutions=1)
+        if not found:  # a group's layout of this strategy did not compile
+            raise ValueError(f"torchspmd.auto_shard: strategy {strategy!r} is not a plan of "
+                             "this model: XLA refused a layout it needs ("
+                             + "; ".join(self._measure.skipped[:2]) + ")")
+        return self._summary(found[0])
 
     def _summary(self, solution: Solution) -> PlanSummary:
         batch = next(b for b in self.options if ",".join(b) == solution.batch)
