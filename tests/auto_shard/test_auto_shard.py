@@ -179,5 +179,17 @@ def test_print_shows_specs_time_memory_and_runner_up(free_plan):
     collectives and the runner-up."""
     text = str(free_plan)
     assert "blocks.*.up.weight" in text
-    for what in ("predicted step:", "memory/device:", "collectives/step:", "runner-up:"):
+    for what in ("predicted step:", "memory/device:", "collectives/step:", "runner-up:",
+                 "plans compared", "<- chosen"):
         assert what in text
+
+
+def test_the_plans_compared_are_listed_fastest_first(free_plan):
+    """Every plan priced as a whole step is in the plan, the chosen one first, those that
+    fit the budget before those that do not, each group fastest first."""
+    priced = free_plan.priced
+    assert priced[0].step_s == free_plan.best.step_s
+    assert any("integer program 1" in p.name for p in priced)
+    assert [p.fits for p in priced] == sorted((p.fits for p in priced), reverse=True)
+    fitting = [p.step_s for p in priced if p.fits]
+    assert fitting == sorted(fitting)

@@ -17,7 +17,7 @@ Example::
 
 from torchspmd.auto_shard.api import NoPlanFits, Planner, auto_shard, hand_written
 from torchspmd.auto_shard.cost_model import CPU, H100, Machine, calibrate, fit
-from torchspmd.auto_shard.plan import AutoShardPlan, PlanSummary
+from torchspmd.auto_shard.plan import AutoShardPlan, PlanSummary, PricedPlan
 
-__all__ = ["auto_shard", "Planner", "hand_written", "AutoShardPlan", "PlanSummary",
+__all__ = ["auto_shard", "Planner", "hand_written", "AutoShardPlan", "PlanSummary", "PricedPlan",
            "NoPlanFits", "Machine", "CPU", "H100", "calibrate", "fit"]

@@ -20,7 +20,7 @@ from torch import nn
 from torchspmd.auto_shard import candidates as cands
 from torchspmd.auto_shard.cost_model import Machine, machine_for
 from torchspmd.auto_shard.measure import Programs
-from torchspmd.auto_shard.plan import AutoShardPlan, PlanSummary
+from torchspmd.auto_shard.plan import AutoShardPlan, PlanSummary, PricedPlan
 from torchspmd.auto_shard.roles import Group, find_groups, repeated_modules
 from torchspmd.auto_shard.pricing import Priced, Pricer, shard_bytes
 from torchspmd.auto_shard.solve import Choice, Option, Solution, solve, smallest_memory
@@ -98,6 +98,22 @@ class _Planner:
                 memory += (2 + self.slots) * shard_bytes(
                     (layer.shape[layer.out_dim],), bias, item, self.mesh)
         return Choice(candidate.name, seconds * group.count, memory * group.count)
+
+
+@dataclasses.dataclass
+class _Priced:
+    """A plan the planner priced: the names it goes by, its summary, specs and price."""
+
+    names: list[str]
+    summary: PlanSummary
+    specs: dict[str, tuple]
+    priced: Priced
+    fits: bool = True
+
+    def summary_as_priced(self) -> PlanSummary:
+        """Its summary with the whole step's prediction in place of the layer sum's."""
+        return dataclasses.replace(self.summary, step_s=self.priced.seconds,
+                                   memory_bytes=self.priced.memory_bytes)
 
 
 HAND_WRITTEN = ("dp", "fsdp", "tp", "fsdp+tp")
@@ -200,41 +216,40 @@ class Planner:
         are then priced as the programs they become (``pricing.py``: each plan's whole
         step compiled, never run), and the fastest whose memory fits wins."""
         if strategy is not None:
-            pool = [self._hand_written(strategy)]
+            pool = [(strategy, self._hand_written(strategy))]
         else:
-            pool = self._proposed(memory_budget)
+            proposed = self._proposed(memory_budget)
+            pool = [(f"integer program {k}", s) for k, s in enumerate(proposed, 1)]
             for name in HAND_WRITTEN:
                 try:
-                    pool.append(self._hand_written(name))
+                    pool.append((name, self._hand_written(name)))
                 except ValueError:  # the mesh or the batch does not allow it
                     continue
-        priced, seen = [], set()
-        for summary in pool:
+        found: dict[tuple, _Priced] = {}  # one entry per distinct plan
+        for name, summary in pool:
             specs = self._specs(summary)
             key = (summary.batch, tuple(sorted(specs.items())))
-            if key in seen:
-                continue
-            seen.add(key)
-            found = self.pricer.price(summary.batch, specs)
-            if memory_budget is None or found.memory_bytes <= memory_budget:
-                priced.append((found, summary, specs))
-        if not priced:
-            self._no_plan_fits(memory_budget, pool)
-        # Stable sort: on equal predictions the integer program's order, then HAND_WRITTEN's.
-        priced.sort(key=lambda entry: entry[0].seconds)
-        (best, summary, specs), rest = priced[0], priced[1:]
-        runner_up = None
-        if rest:
-            found, other, _ = rest[0]
-            runner_up = dataclasses.replace(other, step_s=found.seconds,
-                                            memory_bytes=found.memory_bytes)
-        summary = dataclasses.replace(summary, step_s=best.seconds,
-                                      memory_bytes=best.memory_bytes)
+            if key in found:
+                found[key].names.append(name)
+            else:
+                found[key] = _Priced([name], summary, specs,
+                                     self.pricer.price(summary.batch, specs))
+        for entry in found.values():
+            entry.fits = memory_budget is None or entry.priced.memory_bytes <= memory_budget
+        # Fitting plans first, each group fastest first; a stable sort keeps the integer
+        # program's order, then HAND_WRITTEN's, on equal predictions.
+        ranked = sorted(found.values(), key=lambda e: (not e.fits, e.priced.seconds))
+        if not ranked[0].fits:
+            self._no_plan_fits(memory_budget, [s for _, s in pool])
+        best, runner_up = ranked[0], ranked[1] if len(ranked) > 1 and ranked[1].fits else None
         mesh = self.mesh
         return AutoShardPlan([int(d) for d in mesh.device_ids], tuple(mesh.mesh_shape),
-                             tuple(mesh.axis_names), specs, summary, runner_up,
-                             best.collectives, self.repeated, memory_budget,
-                             self.machine.name)
+                             tuple(mesh.axis_names), best.specs, best.summary_as_priced(),
+                             runner_up.summary_as_priced() if runner_up else None,
+                             best.priced.collectives, self.repeated, memory_budget,
+                             self.machine.name,
+                             [PricedPlan(" = ".join(e.names), e.priced.seconds,
+                                         e.priced.memory_bytes, e.fits) for e in ranked])
 
     def _hand_written(self, strategy: str) -> PlanSummary:
         """A hand-written strategy as a plan of this model (ValueError if it cannot be)."""

@@ -26,7 +26,7 @@ from torch import nn
 from torchspmd.auto_shard.candidates import axes_entry
 from torchspmd.sharding import Mesh, mark_sharding
 
-__all__ = ["AutoShardPlan", "PlanSummary"]
+__all__ = ["AutoShardPlan", "PlanSummary", "PricedPlan"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -37,6 +37,18 @@ class PlanSummary:
     choices: dict[str, str]
     step_s: float
     memory_bytes: float
+
+
+@dataclasses.dataclass(frozen=True)
+class PricedPlan:
+    """One plan the planner compiled and priced: which (``dp``, ``integer program 1``,
+    ...), its predicted seconds per step and bytes per device, and whether it fits the
+    budget."""
+
+    name: str
+    step_s: float
+    memory_bytes: float
+    fits: bool
 
 
 def _spec_to_json(spec: tuple) -> list:
@@ -54,7 +66,9 @@ class AutoShardPlan:
     ``specs``: parameter name -> partition spec (every parameter of the model);
     ``best``/``runner_up``: :class:`PlanSummary` of the chosen and the second-best plan;
     ``collectives``: predicted collectives per step by kind; ``repeated``: the containers
-    of repeated layers whose outputs :meth:`apply` keeps split on the batch dim.
+    of repeated layers whose outputs :meth:`apply` keeps split on the batch dim;
+    ``priced``: every plan compared as a whole compiled step (:class:`PricedPlan`), the
+    chosen one first among those that fit.
 
     Example::
 
@@ -72,6 +86,7 @@ class AutoShardPlan:
     repeated: list[str]
     memory_budget: float | None
     machine: str
+    priced: list[PricedPlan] = dataclasses.field(default_factory=list)
 
     @property
     def mesh(self) -> Mesh:
@@ -174,7 +189,8 @@ class AutoShardPlan:
         return cls(data["mesh_devices"], tuple(data["mesh_shape"]), tuple(data["axis_names"]),
                    {k: _spec_from_json(v) for k, v in data["specs"].items()},
                    summary(data["best"]), summary(data["runner_up"]), data["collectives"],
-                   data["repeated"], data["memory_budget"], data["machine"])
+                   data["repeated"], data["memory_budget"], data["machine"],
+                   [PricedPlan(**p) for p in data.get("priced", [])])
 
     def __str__(self) -> str:
         mib = 2 ** 20
@@ -202,4 +218,12 @@ class AutoShardPlan:
                          f"{self.runner_up.memory_bytes / mib:.2f} MiB; batch over "
                          f"{self.runner_up.batch or 'nothing'}; differs in "
                          + (", ".join(f"{r}: {c}" for r, c in changed.items()) or "batch only"))
+        if self.priced:
+            lines.append("  plans compared (each compiled as a whole step):")
+            width = max(len(p.name) for p in self.priced)
+            for k, p in enumerate(self.priced):
+                mark = ("  <- chosen" if k == 0 and p.fits else
+                        "" if p.fits else "  (over the budget)")
+                lines.append(f"    {p.name:<{width}}  {p.step_s * 1e3:8.2f} ms  "
+                             f"{p.memory_bytes / mib:8.2f} MiB{mark}")
         return "\n".join(lines)
