@@ -42,7 +42,7 @@ from torch import nn  # noqa: E402
 
 import torchspmd  # noqa: E402
 from torchspmd.auto_shard import fit  # noqa: E402
-from torchspmd.auto_shard.pricing import step_seconds  # noqa: E402
+from torchspmd.auto_shard.pricing import plan_key, step_seconds  # noqa: E402
 from torchspmd.auto_shard.api import HAND_WRITTEN, NoPlanFits, Planner  # noqa: E402
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "examples"))
@@ -175,7 +175,7 @@ def cpu_losses(model, data, loss_fn, steps: int) -> list[float]:
 
 
 def _key(plan):
-    return plan.best.batch, tuple(sorted(plan.specs.items()))
+    return plan_key(plan.best.batch, plan.specs)
 
 
 # (Priced, measured seconds) of every hand-written plan trained, for ``--fit``.

@@ -259,9 +259,10 @@ def summary(results: list[dict]) -> tuple[bool, bool]:
         print(f"  {what:10} {worst:6.2f}  (target <= {target})  {'MET' if met else 'NOT MET'}"
               f"  at {r['label']}")
     rated = [(x, r) for r in results if (x := _ratio(r, "lazy_cpu")) is not None]
-    if rated:  # not a target: says how much of the lazy host time is the thread's own work
+    if rated:  # not a target: how much of the lazy host time is CPU work, not waiting
         worst, r = max(rated, key=lambda item: item[0])
-        print(f"  {'lazy_cpu':10} {worst:6.2f}  (the lazy loop's CPU ms / JAX's host CPU ms)  at {r['label']}")
+        print(f"  {'lazy_cpu':10} {worst:6.2f}  (the lazy loop's CPU ms / JAX's host CPU ms)"
+              f"  at {r['label']}")
     recompiles = sum(r["compiles_after_warmup"] + r["captures_after_warmup"] for r in results)
     print(f"  recompiles after capture, all points: {recompiles:.0f} (target 0)  "
           f"{'MET' if recompiles == 0 else 'NOT MET'}")

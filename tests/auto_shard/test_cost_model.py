@@ -91,3 +91,24 @@ def test_a_plan_is_predicted_from_its_whole_compiled_step(planner):
     assert plan.collectives == priced.collectives
     # Megatron pairs: the row layer's output summed over the devices, no weight gathered.
     assert plan.collectives["all-reduce"] >= 1 and plan.collectives["all-gather"] == 0
+
+
+def test_a_strategy_with_no_layout_for_a_layer_says_which():
+    """Tensor parallelism of a linear pair whose inner width the ``model`` axis does not
+    divide is not a plan: the error names the layers and the layout, and the free plan
+    still comes back with every plan it compared."""
+    import torch
+    import torch.nn.functional as F
+    from torch import nn
+
+    import torchspmd as xs
+
+    torch.manual_seed(0)
+    narrow = nn.Sequential(nn.Linear(16, 3), nn.GELU(), nn.Linear(3, 16))
+    x, y = torch.randn(8, 16), torch.randn(8, 16)
+    planner = Planner(narrow, xs.Mesh(np.arange(8), (4, 2), ("data", "model")), (x, y),
+                      loss_fn=lambda m, x, y: F.mse_loss(m(x), y))
+    with pytest.raises(ValueError, match=r"'tp' is not a plan .* no layout of it for 0\+2 "
+                                         r"\(megatron\(model\)\)"):
+        planner.plan(strategy="tp")
+    assert not any(p.name.endswith("tp") for p in planner.plan().priced)

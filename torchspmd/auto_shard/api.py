@@ -22,7 +22,7 @@ from torchspmd.auto_shard.cost_model import Machine, machine_for
 from torchspmd.auto_shard.measure import Programs
 from torchspmd.auto_shard.plan import AutoShardPlan, PlanSummary, PricedPlan
 from torchspmd.auto_shard.roles import Group, find_groups, repeated_modules
-from torchspmd.auto_shard.pricing import Priced, Pricer, shard_bytes
+from torchspmd.auto_shard.pricing import Priced, Pricer, plan_key, shard_bytes
 from torchspmd.auto_shard.solve import Choice, Option, Solution, solve, smallest_memory
 from torchspmd.sharding import Mesh
 
@@ -108,7 +108,7 @@ class _Priced:
     summary: PlanSummary
     specs: dict[str, tuple]
     priced: Priced
-    fits: bool = True
+    fits: bool  # its whole step's memory is within the budget
 
     def summary_as_priced(self) -> PlanSummary:
         """Its summary with the whole step's prediction in place of the layer sum's."""
@@ -228,14 +228,13 @@ class Planner:
         found: dict[tuple, _Priced] = {}  # one entry per distinct plan
         for name, summary in pool:
             specs = self._specs(summary)
-            key = (summary.batch, tuple(sorted(specs.items())))
+            key = plan_key(summary.batch, specs)
             if key in found:
                 found[key].names.append(name)
-            else:
-                found[key] = _Priced([name], summary, specs,
-                                     self.pricer.price(summary.batch, specs))
-        for entry in found.values():
-            entry.fits = memory_budget is None or entry.priced.memory_bytes <= memory_budget
+                continue
+            priced = self.pricer.price(summary.batch, specs)
+            found[key] = _Priced([name], summary, specs, priced, memory_budget is None
+                                 or priced.memory_bytes <= memory_budget)
         # Fitting plans first, each group fastest first; a stable sort keeps the integer
         # program's order, then HAND_WRITTEN's, on equal predictions.
         ranked = sorted(found.values(), key=lambda e: (not e.fits, e.priced.seconds))
@@ -258,27 +257,36 @@ class Planner:
             raise ValueError(f"torchspmd.auto_shard: strategy {strategy!r} splits the "
                              f"batch over {batch}, which does not divide it")
         option = self.options[batch]
-        only = Option(option.time, option.memory, [
-            [c for c in choices if c.name == names[g.kind]]
-            for g, choices in zip(self.groups, option.groups)])
-        found = solve({",".join(batch): only}, None, solutions=1)
-        if not found:  # a group's layout of this strategy did not compile
-            raise ValueError(f"torchspmd.auto_shard: strategy {strategy!r} is not a plan of "
-                             "this model: XLA refused a layout it needs ("
-                             + "; ".join(self._measure.skipped[:2]) + ")")
-        return self._summary(found[0])
+        only = [[c for c in choices if c.name == names[g.kind]]
+                for g, choices in zip(self.groups, option.groups)]
+        lacking = [f"{g.role} ({names[g.kind]})" for g, choices in zip(self.groups, only)
+                   if not choices]
+        if lacking:  # the layout does not apply to a group, or XLA refused it
+            raise ValueError(
+                f"torchspmd.auto_shard: strategy {strategy!r} is not a plan of this model: "
+                f"no layout of it for {', '.join(lacking)}"
+                + (f" (XLA refused: {'; '.join(self._measure.skipped[:2])})"
+                   if self._measure.skipped else ""))
+        (solution,) = solve({",".join(batch): Option(option.time, option.memory, only)},
+                            None, solutions=1)
+        return self._summary(solution)
 
     def _summary(self, solution: Solution) -> PlanSummary:
         batch = next(b for b in self.options if ",".join(b) == solution.batch)
         return PlanSummary(batch, {g.role: c for g, c in zip(self.groups, solution.choices)},
                            solution.time, solution.memory)
 
+    @property
+    def _named(self) -> dict[str, Option]:
+        """The options keyed as ``solve`` names batch layouts (``"data,model"``)."""
+        return {",".join(b): o for b, o in self.options.items()}
+
     def _proposed(self, memory_budget: float | None) -> list[PlanSummary]:
         """The integer program's two best plans for the budget. Its memory adds up layers;
         with a budget XLA has the last word: a proposal whose whole step needs more is
         cut from the program, which is solved again (a few times at most); if none of
         those fit, the least-memory plan."""
-        named = {",".join(b): o for b, o in self.options.items()}
+        named = self._named
         found = solve(named, memory_budget, solutions=2)
         checked: list[Solution] = []
         while found and memory_budget is not None:
@@ -295,10 +303,9 @@ class Planner:
         return self.pricer.price(summary.batch, self._specs(summary))
 
     def _no_plan_fits(self, memory_budget: float, pool: list[PlanSummary]) -> None:
-        named = {",".join(b): o for b, o in self.options.items()}
         # XLA's least among the plans tried (the least-memory plan among them), never
         # below the integer program's own least.
-        need = max(smallest_memory(named), min(self._priced(s).memory_bytes for s in pool))
+        need = max(smallest_memory(self._named), min(self._priced(s).memory_bytes for s in pool))
         raise NoPlanFits(
             f"torchspmd.auto_shard: no plan fits memory_budget={memory_budget:.0f} bytes "
             f"per device; the smallest any candidate plan needs is {need:.0f} bytes "

@@ -32,7 +32,7 @@ from torchspmd.auto_shard.cost_model import Machine
 from torchspmd.auto_shard.whole_step import WholeStep, whole_step
 from torchspmd.sharding import Mesh
 
-__all__ = ["Priced", "Pricer", "shard_bytes", "step_seconds"]
+__all__ = ["Priced", "Pricer", "plan_key", "shard_bytes", "step_seconds"]
 
 COLLECTIVE_KINDS = ("all-gather", "all-reduce", "reduce-scatter", "all-to-all",
                     "collective-permute")
@@ -53,6 +53,11 @@ def shard_bytes(shape, spec, itemsize: int, mesh: Mesh) -> float:
         for axis in (entry if isinstance(entry, tuple) else (entry,)):
             shards *= sizes[axis] if axis is not None else 1
     return math.prod(shape) * itemsize / shards
+
+
+def plan_key(batch: tuple[str, ...], specs: dict[str, tuple]) -> tuple:
+    """What tells two plans apart: the batch axes and every parameter's spec."""
+    return batch, tuple(sorted(specs.items()))
 
 
 def step_seconds(machine: Machine, whole: WholeStep, update_bytes: float) -> float:
@@ -87,7 +92,7 @@ class Pricer:
     def price(self, batch: tuple[str, ...], specs: dict[str, tuple]) -> Priced:
         """The plan that splits the batch over ``batch`` and lays each parameter out as
         ``specs`` says (a missing name: replicated)."""
-        key = (batch, tuple(sorted(specs.items())))
+        key = plan_key(batch, specs)
         if key not in self._seen:
             self._seen[key] = self._price(batch, specs)
         return self._seen[key]
