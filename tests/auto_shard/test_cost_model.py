@@ -7,10 +7,12 @@ from __future__ import annotations
 import math
 
 import numpy as np
+import torch
 import pytest
 
 from torchspmd.auto_shard import Machine, Planner, calibrate, fit
 from torchspmd.auto_shard.api import HAND_WRITTEN
+from torchspmd.auto_shard.candidates import shard_bytes
 from torchspmd.auto_shard.collectives import Collective
 from torchspmd.auto_shard.pricing import Priced, step_seconds
 from torchspmd.auto_shard.whole_step import WholeStep
@@ -21,9 +23,9 @@ MACHINE = Machine("made up", flops_per_s=2e10, bytes_per_s=5e9, latency_s=20e-6,
                   link_bytes_per_s=8e9, step_overhead_s=3e-3, rendezvous_s=25e-6)
 
 
-def _priced(flops, nbytes, update, collectives) -> Priced:
+def _priced(flops, nbytes, collectives) -> Priced:
     whole = WholeStep(flops, nbytes, tuple(collectives), memory_bytes=0)
-    return Priced(0.0, 0.0, {}, whole, update)
+    return Priced(0.0, 0.0, {}, whole)
 
 
 def test_a_collective_costs_latency_rendezvous_per_device_and_bytes_sent():
@@ -43,8 +45,8 @@ def test_fit_recovers_the_machine_that_made_the_steps():
                                   int(rng.choice([2, 4, 8])))
                        for _ in range(int(rng.integers(0, 30)))]
         priced = _priced(float(rng.uniform(1e7, 1e9)), float(rng.uniform(1e6, 1e8)),
-                         float(rng.uniform(0, 3e7)), collectives)
-        measured.append((priced, step_seconds(MACHINE, priced.whole, priced.update_bytes)))
+                         collectives)
+        measured.append((priced, step_seconds(MACHINE, priced.whole)))
     fitted = fit(measured, link_bytes_per_s=MACHINE.link_bytes_per_s)
     for field in ("flops_per_s", "bytes_per_s", "step_overhead_s", "rendezvous_s"):
         assert getattr(fitted, field) == pytest.approx(getattr(MACHINE, field), rel=1e-4), field
@@ -54,7 +56,7 @@ def test_fit_recovers_the_machine_that_made_the_steps():
 def test_fit_refuses_too_few_steps():
     """Five constants from four steps would be a guess: a clear error instead."""
     with pytest.raises(ValueError, match="at least 5 plans"):
-        fit([(_priced(1e8, 1e6, 0.0, []), 0.01)] * 4)
+        fit([(_priced(1e8, 1e6, []), 0.01)] * 4)
 
 
 def test_calibrate_measures_positive_finite_rates():
@@ -72,8 +74,9 @@ def planner() -> Planner:
 
 def test_the_chosen_plan_is_predicted_no_slower_than_any_hand_written_one(planner):
     """The hand-written plans are priced with the planner's own proposals, so the plan
-    it returns is never predicted slower than one a user would write."""
-    chosen = planner.plan()
+    it chooses by prediction is never predicted slower than one a user would write (by
+    measurement: ``test_the_finalists_run_and_the_fastest_measured_is_chosen``)."""
+    chosen = planner.plan(measure=False)
     for strategy in HAND_WRITTEN:
         try:
             hand = planner.plan(strategy=strategy)
@@ -112,3 +115,26 @@ def test_a_strategy_with_no_layout_for_a_layer_says_which():
                                          r"\(megatron\(model\)\)"):
         planner.plan(strategy="tp")
     assert not any(p.name.endswith("tp") for p in planner.plan().priced)
+
+
+def _tp_plan(optimizer):
+    planner = Planner(model(), mesh(), data()[0], loss_fn=mse, optimizer=optimizer)
+    return planner.plan(strategy="tp")
+
+
+def test_the_step_priced_has_the_users_optimizer_state():
+    """The whole step is priced with the user's kind of optimizer: AdamW's two moments,
+    laid out like their parameters, need two more copies of each device's parameter
+    shards than plain SGD, SGD with momentum (an instance, its defaults kept) one more."""
+    adamw = _tp_plan(None)
+    params = sum(shard_bytes(p.shape, adamw.specs[name], p.element_size(), mesh())
+                 for name, p in model().named_parameters())
+    sgd = _tp_plan(torch.optim.SGD).predicted_memory_bytes
+    momentum = _tp_plan(torch.optim.SGD(model().parameters(), lr=0.1, momentum=0.9))
+    assert adamw.predicted_memory_bytes - sgd == pytest.approx(2 * params, rel=0.25)
+    assert momentum.predicted_memory_bytes - sgd == pytest.approx(params, rel=0.25)
+
+
+def test_an_optimizer_that_is_not_one_is_refused():
+    with pytest.raises(TypeError, match="optimizer must be a torch.optim.Optimizer"):
+        Planner(model(), mesh(), data()[0], loss_fn=mse, optimizer="adamw")

@@ -47,6 +47,11 @@ def batch(step: int) -> tuple[torch.Tensor, torch.Tensor]:
     return torch.randn(BATCH, SIZES[0], generator=gen), torch.randn(BATCH, SIZES[-1], generator=gen)
 
 
+def mse(model: MLP, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    """The training loss (``loss_fn`` form: the model first)."""
+    return torch.nn.functional.mse_loss(model(x), y)
+
+
 def train(model: MLP, opt: torch.optim.Optimizer, mesh: Mesh, steps: range) -> list[float]:
     """AdamW steps on the batches of ``steps``, split over 'data'; the losses."""
     losses = []
@@ -54,7 +59,7 @@ def train(model: MLP, opt: torch.optim.Optimizer, mesh: Mesh, steps: range) -> l
         x, y = (t.to(torchspmd.device()) for t in batch(step))
         mark_sharding(x, mesh, ("data", None))
         mark_sharding(y, mesh, ("data", None))
-        loss = torch.nn.functional.mse_loss(model(x), y)
+        loss = mse(model, x, y)
         loss.backward()
         opt.step()
         opt.zero_grad(set_to_none=True)

@@ -161,3 +161,11 @@ def test_one_process_checkpoint_loads_in_two_processes_on_a_sub_mesh(ranks, one_
         for moments, p in zip(loaded["loaded_moments"], model.parameters()):
             assert moments == opt.state[p]["exp_avg_sq"].cpu().tolist()
         assert loaded["loaded_sharding"] == "{devices=[2,2]2,4,3,5}"
+
+
+def test_auto_shard_chooses_one_plan_in_every_process(ranks):
+    """Measuring the finalists, the processes run the same programs as many times and
+    take process 0's times: every process returns the same plan, times included."""
+    first, second = ranks[0]
+    assert first["auto_shard"]["measured"]
+    assert first["auto_shard"]["plan"] == second["auto_shard"]["plan"]

@@ -117,13 +117,22 @@ def compiled() -> dict:
             "weight": model.layers[0].weight.cpu().tolist()}
 
 
+def auto_shard() -> dict:
+    """The MLP planned on 4x2, its finalists run: the plan every process chose."""
+    torch.manual_seed(0)
+    model = programs.MLP(programs.SIZES)
+    plan = torchspmd.auto_shard(model, programs.mesh_4x2(), programs.batch(0),
+                                loss_fn=programs.mse)
+    return {"plan": plan.to_json(), "measured": plan.measured_step_ms is not None}
+
+
 def main(out: str, checkpoint_in: str) -> None:
     mesh = programs.mesh_4x2()
     result = {"queries": queries(), "meshes": meshes(), "shards": shards(mesh),
               "uploads": uploads(mesh),
               "loader": loader(Mesh(np.arange(8), (8,), ("data",))),
               "sub_meshes": sub_meshes(), "checkpoints": checkpoints(out, checkpoint_in),
-              "compiled": compiled()}
+              "compiled": compiled(), "auto_shard": auto_shard()}
     with open(os.path.join(out, f"rank{xr.process_index()}.json"), "w") as f:
         json.dump(result, f)
 

@@ -22,8 +22,10 @@ from torchspmd.auto_shard.cost_model import Machine, machine_for
 from torchspmd.auto_shard.measure import Programs
 from torchspmd.auto_shard.plan import AutoShardPlan, PlanSummary, PricedPlan
 from torchspmd.auto_shard.roles import Group, find_groups, repeated_modules
-from torchspmd.auto_shard.pricing import Priced, Pricer, plan_key, shard_bytes
+from torchspmd.auto_shard.candidates import shard_bytes
+from torchspmd.auto_shard.pricing import Priced, Pricer, plan_key
 from torchspmd.auto_shard.solve import Choice, Option, Solution, solve, smallest_memory
+from torchspmd.auto_shard.trials import time_programs
 from torchspmd.sharding import Mesh
 
 __all__ = ["auto_shard", "Planner", "NoPlanFits", "hand_written", "HAND_WRITTEN"]
@@ -42,6 +44,20 @@ def _slots(optimizer: Any) -> int:
         groups = getattr(optimizer, "param_groups", [{}])
         return int(any(g.get("momentum", 0) for g in groups))
     return 2
+
+
+def _optimizer_factory(optimizer: Any) -> Callable[[list], torch.optim.Optimizer]:
+    """Makes the user's kind of optimizer (its class, or an instance's class with its
+    defaults) for the planner's copies of the model; AdamW when not given."""
+    if optimizer is None:
+        return torch.optim.AdamW
+    if isinstance(optimizer, type) and issubclass(optimizer, torch.optim.Optimizer):
+        return optimizer
+    if isinstance(optimizer, torch.optim.Optimizer):
+        defaults = dict(optimizer.defaults)
+        return lambda params: type(optimizer)(params, **defaults)
+    raise TypeError(f"torchspmd.auto_shard: optimizer must be a torch.optim.Optimizer or "
+                    f"its class, got {type(optimizer).__name__}")
 
 
 def _itemsize(dtype: str) -> int:
@@ -109,6 +125,7 @@ class _Priced:
     specs: dict[str, tuple]
     priced: Priced
     fits: bool  # its whole step's memory is within the budget
+    measured_s: float | None = None  # its step run on this machine (``trials``), if it was
 
     def summary_as_priced(self) -> PlanSummary:
         """Its summary with the whole step's prediction in place of the layer sum's."""
@@ -117,6 +134,9 @@ class _Priced:
 
 
 HAND_WRITTEN = ("dp", "fsdp", "tp", "fsdp+tp")
+# Fitting plans predicted within this factor of the fastest are run to decide: the
+# prediction's error on the development machine is up to ~1.3x by plan kind.
+FINALISTS_WITHIN = 1.5
 # Plans whose XLA memory is checked against a budget before the planner gives up.
 _CHECKS = 4
 
@@ -173,6 +193,7 @@ class Planner:
         if mesh.axis_names is None:
             raise ValueError("torchspmd.auto_shard: the mesh needs axis names (Mesh(ids, "
                              "shape, ('data', 'model'))): the plan's specs name its axes")
+        make_optimizer = _optimizer_factory(optimizer)
         run = (lambda: loss_fn(model, *example_inputs)) if loss_fn is not None else None
         self.mesh = mesh
         self.groups = find_groups(model, example_inputs, run)
@@ -181,8 +202,8 @@ class Planner:
         slots = _slots(optimizer)
         self.machine = machine or machine_for(jax.devices()[0].platform)
         self._measure = _Planner(mesh, slots, self.machine)
-        self.pricer = Pricer(model, mesh, example_inputs, loss_fn, self.repeated, slots,
-                             self.machine)
+        self.pricer = Pricer(model, mesh, example_inputs, loss_fn, self.repeated,
+                             make_optimizer, self.machine)
         self.options: dict[tuple, Option] = {}
         for batch in cands.batch_candidates(mesh, batch_tensor.shape[0]):
             # The replicated plan's whole step: the base every candidate changes.
@@ -206,15 +227,17 @@ class Planner:
         """How many layer programs XLA compiled to measure the candidates."""
         return self._measure.programs.compiled
 
-    def plan(self, memory_budget: float | None = None,
-             strategy: str | None = None) -> AutoShardPlan:
-        """The fastest predicted plan within ``memory_budget`` bytes per device, or (with
+    def plan(self, memory_budget: float | None = None, strategy: str | None = None,
+             measure: bool = True) -> AutoShardPlan:
+        """The fastest plan within ``memory_budget`` bytes per device, or (with
         ``strategy``, one of ``dp``/``fsdp``/``tp``/``fsdp+tp``) that hand-written plan
         with its prediction. Raises :class:`NoPlanFits` when none fits.
 
         The integer program proposes its two best plans; they and the hand-written plans
         are then priced as the programs they become (``pricing.py``: each plan's whole
-        step compiled, never run), and the fastest whose memory fits wins."""
+        step compiled). With ``measure`` the plans that fit and are predicted within
+        ``FINALISTS_WITHIN`` of the fastest are run on zeros in turn (``trials.py``) and
+        the fastest measured wins; without it the fastest predicted, and nothing runs."""
         if strategy is not None:
             pool = [(strategy, self._hand_written(strategy))]
         else:
@@ -240,6 +263,12 @@ class Planner:
         ranked = sorted(found.values(), key=lambda e: (not e.fits, e.priced.seconds))
         if not ranked[0].fits:
             self._no_plan_fits(memory_budget, [s for _, s in pool])
+        if measure and strategy is None:
+            self._run_finalists(ranked)
+            # Measured plans first, fastest first; then the others by prediction.
+            ranked.sort(key=lambda e: (not e.fits, e.measured_s is None,
+                                       e.priced.seconds if e.measured_s is None
+                                       else e.measured_s))
         best, runner_up = ranked[0], ranked[1] if len(ranked) > 1 and ranked[1].fits else None
         mesh = self.mesh
         return AutoShardPlan([int(d) for d in mesh.device_ids], tuple(mesh.mesh_shape),
@@ -248,7 +277,20 @@ class Planner:
                              best.priced.collectives, self.repeated, memory_budget,
                              self.machine.name,
                              [PricedPlan(" = ".join(e.names), e.priced.seconds,
-                                         e.priced.memory_bytes, e.fits) for e in ranked])
+                                         e.priced.memory_bytes, e.fits, e.measured_s)
+                              for e in ranked])
+
+    def _run_finalists(self, ranked: list[_Priced]) -> None:
+        """Set ``measured_s`` on the fitting plans predicted within ``FINALISTS_WITHIN`` of
+        the fastest (``ranked[0]``): their whole steps run on this machine."""
+        fastest = ranked[0].priced.seconds
+        finalists = [e for e in ranked
+                     if e.fits and e.priced.seconds <= FINALISTS_WITHIN * fastest]
+        if len(finalists) < 2:
+            return
+        seconds = time_programs([e.priced.whole.program for e in finalists])
+        for entry, ran in zip(finalists, seconds):
+            entry.measured_s = ran
 
     def _hand_written(self, strategy: str) -> PlanSummary:
         """A hand-written strategy as a plan of this model (ValueError if it cannot be)."""
@@ -330,7 +372,7 @@ class Planner:
 def auto_shard(model: nn.Module, mesh: Mesh, example_inputs: Any, *,
                loss_fn: Callable | None = None, optimizer: Any = None,
                memory_budget: float | None = None,
-               machine: Machine | None = None) -> AutoShardPlan:
+               machine: Machine | None = None, measure: bool = True) -> AutoShardPlan:
     """Pick a partition spec for every parameter of ``model`` and for the batch.
 
     ``example_inputs``: a tensor or tuple of the step's inputs (dim 0 is the batch);
@@ -339,10 +381,16 @@ def auto_shard(model: nn.Module, mesh: Mesh, example_inputs: Any, *,
     layout of each layer kind is compiled by XLA (forward, backward and the optimizer
     update; nothing runs) and its cost and memory analysis and collectives become a
     predicted time (``machine``, default from the platform:
-    :mod:`torchspmd.auto_shard.cost_model`); an integer program picks the fastest plan
-    whose predicted memory per device is within ``memory_budget`` bytes. ``optimizer``
-    (an instance or class; default AdamW) sets how many state tensors each parameter has.
-    Raises :class:`NoPlanFits` naming the smallest memory any plan needs.
+    :mod:`torchspmd.auto_shard.cost_model`); an integer program proposes its two best
+    plans whose predicted memory per device is within ``memory_budget`` bytes. Those and
+    the hand-written plans (dp, fsdp, tp, fsdp+tp) are compiled as whole steps and priced;
+    with ``measure`` (the default) the ones that fit and are predicted within 1.5x of the
+    fastest then run on zero-filled inputs a few times each (seconds in all; the model is
+    untouched) and the fastest measured wins; ``measure=False`` picks by prediction and
+    runs nothing. ``optimizer`` (an instance or class; default AdamW): the update in
+    every step priced and run (an instance's class with its defaults; its parameters
+    and state are not touched). Raises :class:`NoPlanFits` naming the smallest memory any
+    plan needs.
 
     Example::
 
@@ -350,4 +398,4 @@ def auto_shard(model: nn.Module, mesh: Mesh, example_inputs: Any, *,
         >>> model = plan.apply(model.to("spmd"))                      # doctest: +SKIP
     """
     return Planner(model, mesh, example_inputs, loss_fn=loss_fn, optimizer=optimizer,
-                   machine=machine).plan(memory_budget)
+                   machine=machine).plan(memory_budget, measure=measure)

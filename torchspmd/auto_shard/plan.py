@@ -1,7 +1,8 @@
 """The planner's answer: a partition spec per parameter and for the batch, and why.
 
-``print(plan)`` shows the table (role, choice, parameter specs), the predicted step time,
-memory per device and collectives per step, and the runner-up with its predicted cost;
+``print(plan)`` shows the table (role, choice, parameter specs), the predicted (and,
+where the planner ran it, measured) step time, memory per device and collectives per
+step, the runner-up with its predicted cost, and every plan compared;
 ``plan.apply(model)`` marks the shardings with ordinary ``mark_sharding`` calls;
 ``plan.to_json()`` / ``AutoShardPlan.from_json(text)`` save and reuse it.
 
@@ -42,13 +43,14 @@ class PlanSummary:
 @dataclasses.dataclass(frozen=True)
 class PricedPlan:
     """One plan the planner compiled and priced: which (``dp``, ``integer program 1``,
-    ...), its predicted seconds per step and bytes per device, and whether it fits the
-    budget."""
+    ...), its predicted seconds per step and bytes per device, whether it fits the
+    budget, and its seconds per step when the planner ran it (``None`` if it did not)."""
 
     name: str
     step_s: float
     memory_bytes: float
     fits: bool
+    measured_s: float | None = None
 
 
 def _spec_to_json(spec: tuple) -> list:
@@ -100,6 +102,12 @@ class AutoShardPlan:
     @property
     def predicted_memory_bytes(self) -> float:
         return self.best.memory_bytes
+
+    @property
+    def measured_step_ms(self) -> float | None:
+        """The chosen plan's step as the planner ran it (``None`` if it ran none)."""
+        chosen = self.priced[0] if self.priced else None
+        return None if chosen is None or chosen.measured_s is None else chosen.measured_s * 1e3
 
     def batch_spec(self, ndim: int) -> tuple:
         """The partition spec of an input of rank ``ndim`` (its dim 0 is the batch).
@@ -207,8 +215,11 @@ class AutoShardPlan:
             lines.append(f"  {role:<{width}}  {count:>6}  {spec}")
         lines.append(f"  choices: " + ", ".join(f"{r}: {c}" for r, c in self.best.choices.items()))
         budget = "none" if self.memory_budget is None else f"{self.memory_budget / mib:.2f} MiB"
-        lines.append(f"  predicted step: {self.best.step_s * 1e3:.2f} ms; memory/device: "
-                     f"{self.best.memory_bytes / mib:.2f} MiB (budget {budget})")
+        measured = self.measured_step_ms
+        lines.append(f"  predicted step: {self.best.step_s * 1e3:.2f} ms"
+                     + (f" (measured {measured:.2f} ms)" if measured is not None else "")
+                     + f"; memory/device: {self.best.memory_bytes / mib:.2f} MiB "
+                     f"(budget {budget})")
         lines.append("  collectives/step: " + (", ".join(
             f"{k} {v}" for k, v in self.collectives.items() if v) or "none"))
         if self.runner_up is not None:
@@ -219,11 +230,18 @@ class AutoShardPlan:
                          f"{self.runner_up.batch or 'nothing'}; differs in "
                          + (", ".join(f"{r}: {c}" for r, c in changed.items()) or "batch only"))
         if self.priced:
-            lines.append("  plans compared (each compiled as a whole step):")
+            ran = any(p.measured_s is not None for p in self.priced)
+            lines.append("  plans compared (each compiled as a whole step"
+                         + ("; the finalists run, the fastest measured chosen):" if ran
+                            else "; the fastest predicted chosen):"))
             width = max(len(p.name) for p in self.priced)
+            lines.append(f"    {'plan':<{width}}  {'predicted':>9}  "
+                         + (f"{'measured':>9}  " if ran else "") + f"{'memory':>10}")
             for k, p in enumerate(self.priced):
                 mark = ("  <- chosen" if k == 0 and p.fits else
                         "" if p.fits else "  (over the budget)")
-                lines.append(f"    {p.name:<{width}}  {p.step_s * 1e3:8.2f} ms  "
-                             f"{p.memory_bytes / mib:8.2f} MiB{mark}")
+                measured = ("" if not ran else f"{'-':>9}  " if p.measured_s is None
+                            else f"{p.measured_s * 1e3:6.2f} ms  ")
+                lines.append(f"    {p.name:<{width}}  {p.step_s * 1e3:6.2f} ms  {measured}"
+                             f"{p.memory_bytes / mib:6.2f} MiB{mark}")
         return "\n".join(lines)
