@@ -266,12 +266,14 @@ def plan_deep(mesh, layers: int) -> None:
     measured = time.perf_counter()
     plan = planner.plan()
     end = time.perf_counter()
+    pricer = planner.pricer
     print(f"\nGPT dim 128, {layers} layers: planned in {end - start:.1f} s "
           f"[{'ok' if end - start <= 60 else 'MISSED'} <= 60 s]: {measured - start:.1f} s "
           f"measuring {planner.programs_compiled} layer programs and the replicated steps, "
-          f"{end - measured:.1f} s proposing, pricing {len(plan.priced)} whole steps and "
-          f"running {sum(p.measured_s is not None for p in plan.priced)}; chose "
-          f"{plan.priced[0].name}")
+          f"{end - measured:.1f} s proposing, pricing and running the finalists; of all "
+          f"that, {pricer.seconds:.1f} s recording and compiling {pricer.programs} whole "
+          f"steps and {planner.trial_seconds:.1f} s running "
+          f"{sum(p.measured_s is not None for p in plan.priced)}; chose {plan.priced[0].name}")
 
 
 def main(argv=None) -> None:
@@ -307,7 +309,7 @@ def main(argv=None) -> None:
           f"in {sum(r['fits'] for r in results.values())}/{len(results)}")
     if args.fit:
         machine = fit(FIT_ROWS, name="cpu")
-        worst = max(max(r, 1 / r) for r in (step_seconds(machine, p.whole) / s
+        worst = max(max(r, 1 / r) for r in (step_seconds(machine, p.whole, p.update_bytes) / s
                                                  for p, s in FIT_ROWS))
         print(f"\nfitted to {len(FIT_ROWS)} hand-written plans (worst ratio {worst:.2f}):\n"
               f"  {machine}")

@@ -23,9 +23,9 @@ MACHINE = Machine("made up", flops_per_s=2e10, bytes_per_s=5e9, latency_s=20e-6,
                   link_bytes_per_s=8e9, step_overhead_s=3e-3, rendezvous_s=25e-6)
 
 
-def _priced(flops, nbytes, collectives) -> Priced:
+def _priced(flops, nbytes, update, collectives) -> Priced:
     whole = WholeStep(flops, nbytes, tuple(collectives), memory_bytes=0)
-    return Priced(0.0, 0.0, {}, whole)
+    return Priced(0.0, 0.0, {}, whole, update)
 
 
 def test_a_collective_costs_latency_rendezvous_per_device_and_bytes_sent():
@@ -45,8 +45,8 @@ def test_fit_recovers_the_machine_that_made_the_steps():
                                   int(rng.choice([2, 4, 8])))
                        for _ in range(int(rng.integers(0, 30)))]
         priced = _priced(float(rng.uniform(1e7, 1e9)), float(rng.uniform(1e6, 1e8)),
-                         collectives)
-        measured.append((priced, step_seconds(MACHINE, priced.whole)))
+                         float(rng.uniform(0, 3e7)), collectives)
+        measured.append((priced, step_seconds(MACHINE, priced.whole, priced.update_bytes)))
     fitted = fit(measured, link_bytes_per_s=MACHINE.link_bytes_per_s)
     for field in ("flops_per_s", "bytes_per_s", "step_overhead_s", "rendezvous_s"):
         assert getattr(fitted, field) == pytest.approx(getattr(MACHINE, field), rel=1e-4), field
@@ -56,7 +56,7 @@ def test_fit_recovers_the_machine_that_made_the_steps():
 def test_fit_refuses_too_few_steps():
     """Five constants from four steps would be a guess: a clear error instead."""
     with pytest.raises(ValueError, match="at least 5 plans"):
-        fit([(_priced(1e8, 1e6, []), 0.01)] * 4)
+        fit([(_priced(1e8, 1e6, 0.0, []), 0.01)] * 4)
 
 
 def test_calibrate_measures_positive_finite_rates():
@@ -123,9 +123,9 @@ def _tp_plan(optimizer):
 
 
 def test_the_step_priced_has_the_users_optimizer_state():
-    """The whole step is priced with the user's kind of optimizer: AdamW's two moments,
+    """A plan's memory counts the user's kind of optimizer state: AdamW's two moments,
     laid out like their parameters, need two more copies of each device's parameter
-    shards than plain SGD, SGD with momentum (an instance, its defaults kept) one more."""
+    shards than plain SGD, SGD with momentum (given as an instance) one more."""
     adamw = _tp_plan(None)
     params = sum(shard_bytes(p.shape, adamw.specs[name], p.element_size(), mesh())
                  for name, p in model().named_parameters())

@@ -11,6 +11,7 @@ Example::
 from __future__ import annotations
 
 import dataclasses
+import time
 from typing import Any, Callable
 
 import jax
@@ -40,24 +41,13 @@ def _slots(optimizer: Any) -> int:
     if optimizer is None:
         return 2
     kind = optimizer if isinstance(optimizer, type) else type(optimizer)
+    if not issubclass(kind, torch.optim.Optimizer):
+        raise TypeError(f"torchspmd.auto_shard: optimizer must be a torch.optim.Optimizer or "
+                        f"its class, got {type(optimizer).__name__}")
     if issubclass(kind, torch.optim.SGD):
         groups = getattr(optimizer, "param_groups", [{}])
         return int(any(g.get("momentum", 0) for g in groups))
     return 2
-
-
-def _optimizer_factory(optimizer: Any) -> Callable[[list], torch.optim.Optimizer]:
-    """Makes the user's kind of optimizer (its class, or an instance's class with its
-    defaults) for the planner's copies of the model; AdamW when not given."""
-    if optimizer is None:
-        return torch.optim.AdamW
-    if isinstance(optimizer, type) and issubclass(optimizer, torch.optim.Optimizer):
-        return optimizer
-    if isinstance(optimizer, torch.optim.Optimizer):
-        defaults = dict(optimizer.defaults)
-        return lambda params: type(optimizer)(params, **defaults)
-    raise TypeError(f"torchspmd.auto_shard: optimizer must be a torch.optim.Optimizer or "
-                    f"its class, got {type(optimizer).__name__}")
 
 
 def _itemsize(dtype: str) -> int:
@@ -134,9 +124,11 @@ class _Priced:
 
 
 HAND_WRITTEN = ("dp", "fsdp", "tp", "fsdp+tp")
-# Fitting plans predicted within this factor of the fastest are run to decide: the
-# prediction's error on the development machine is up to ~1.3x by plan kind.
+# Fitting plans predicted within this factor of the fastest are run to decide (at most
+# FINALISTS of them, fastest predicted first): the prediction's error on the
+# development machine is up to ~1.3x by plan kind.
 FINALISTS_WITHIN = 1.5
+FINALISTS = 3
 # Plans whose XLA memory is checked against a budget before the planner gives up.
 _CHECKS = 4
 
@@ -193,18 +185,18 @@ class Planner:
         if mesh.axis_names is None:
             raise ValueError("torchspmd.auto_shard: the mesh needs axis names (Mesh(ids, "
                              "shape, ('data', 'model'))): the plan's specs name its axes")
-        make_optimizer = _optimizer_factory(optimizer)
+        slots = _slots(optimizer)
         run = (lambda: loss_fn(model, *example_inputs)) if loss_fn is not None else None
         self.mesh = mesh
         self.groups = find_groups(model, example_inputs, run)
         self.shapes = {n: p.dim() for n, p in model.named_parameters()}
         self.repeated = repeated_modules(model)
-        slots = _slots(optimizer)
         self.machine = machine or machine_for(jax.devices()[0].platform)
         self._measure = _Planner(mesh, slots, self.machine)
-        self.pricer = Pricer(model, mesh, example_inputs, loss_fn, self.repeated,
-                             make_optimizer, self.machine)
+        self.pricer = Pricer(model, mesh, example_inputs, loss_fn, self.repeated, slots,
+                             self.machine)
         self.options: dict[tuple, Option] = {}
+        self.trial_seconds = 0.0  # spent running finalists (``trials``)
         for batch in cands.batch_candidates(mesh, batch_tensor.shape[0]):
             # The replicated plan's whole step: the base every candidate changes.
             replicated_plan = self.pricer.price(batch, {})
@@ -282,15 +274,20 @@ class Planner:
 
     def _run_finalists(self, ranked: list[_Priced]) -> None:
         """Set ``measured_s`` on the fitting plans predicted within ``FINALISTS_WITHIN`` of
-        the fastest (``ranked[0]``): their whole steps run on this machine."""
+        the fastest (``ranked[0]``), the ``FINALISTS`` fastest of them: their forward and
+        backward run on this machine, plus the optimizer update's predicted time (an
+        elementwise pass over the state: compiling it into each program would double
+        the planner's compile time, see ``docs/guides/auto-shard.md``)."""
         fastest = ranked[0].priced.seconds
         finalists = [e for e in ranked
-                     if e.fits and e.priced.seconds <= FINALISTS_WITHIN * fastest]
+                     if e.fits and e.priced.seconds <= FINALISTS_WITHIN * fastest][:FINALISTS]
         if len(finalists) < 2:
             return
+        start = time.perf_counter()
         seconds = time_programs([e.priced.whole.program for e in finalists])
+        self.trial_seconds += time.perf_counter() - start
         for entry, ran in zip(finalists, seconds):
-            entry.measured_s = ran
+            entry.measured_s = ran + self.machine.time(0.0, entry.priced.update_bytes, ())
 
     def _hand_written(self, strategy: str) -> PlanSummary:
         """A hand-written strategy as a plan of this model (ValueError if it cannot be)."""
@@ -387,9 +384,8 @@ def auto_shard(model: nn.Module, mesh: Mesh, example_inputs: Any, *,
     with ``measure`` (the default) the ones that fit and are predicted within 1.5x of the
     fastest then run on zero-filled inputs a few times each (seconds in all; the model is
     untouched) and the fastest measured wins; ``measure=False`` picks by prediction and
-    runs nothing. ``optimizer`` (an instance or class; default AdamW): the update in
-    every step priced and run (an instance's class with its defaults; its parameters
-    and state are not touched). Raises :class:`NoPlanFits` naming the smallest memory any
+    runs nothing. ``optimizer`` (an instance or class; default AdamW) sets how many state
+    tensors each parameter has. Raises :class:`NoPlanFits` naming the smallest memory any
     plan needs.
 
     Example::

@@ -184,7 +184,7 @@ def fit(measured: Sequence[tuple], link_bytes_per_s: float = 8e9,
     rows, target = [], []
     for priced, seconds in measured:
         whole = priced.whole
-        rows.append([1.0, whole.flops, whole.bytes_accessed,
+        rows.append([1.0, whole.flops, whole.bytes_accessed + priced.update_bytes,
                      len(whole.collectives), sum(c.group for c in whole.collectives)])
         target.append(seconds - sum(c.sent_bytes for c in whole.collectives) / link_bytes_per_s)
     a, b = np.array(rows), np.array(target)

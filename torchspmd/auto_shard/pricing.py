@@ -4,17 +4,17 @@ The integer program adds up layers, each priced as its change from replicating t
 layer (``measure.py``). That sum is a search heuristic, not a prediction: XLA combines
 the gradients' all-reduces of many layers into a few (a replicated 2-layer GPT's step
 has 2, the layer sum counts 9), and gathers FSDP weights per use. So a plan's predicted
-time and memory come from its whole training step (forward, backward and the
-optimizer's update) compiled with its shardings (``whole_step``, nothing runs):
+time and memory come from its whole forward and backward compiled with its shardings
+(``whole_step``, nothing runs), plus the optimizer's elementwise update of its state
+(read the parameter, gradient and moments, write the parameter and moments):
 
-    step_overhead_s + machine.time(flops, bytes accessed, collectives)
+    step_overhead_s + machine.time(flops, bytes accessed + update bytes, collectives)
 
 Programs are cached by batch layout and specs: pricing the same plan again is free.
 
 Example::
 
-    pricer = Pricer(model, mesh, (x, y), loss_fn, repeated=["blocks"],
-                    make_optimizer=torch.optim.AdamW, machine=CPU)
+    pricer = Pricer(model, mesh, (x, y), loss_fn, repeated=["blocks"], slots=2, machine=CPU)
     priced = pricer.price(("data",), specs)       # doctest: +SKIP
     priced.seconds, priced.memory_bytes, priced.collectives
 """
@@ -22,13 +22,15 @@ Example::
 from __future__ import annotations
 
 import dataclasses
+import time
 from collections import Counter
 from typing import Any, Callable
 
 from torch import nn
 
+from torchspmd.auto_shard.candidates import shard_bytes
 from torchspmd.auto_shard.cost_model import Machine
-from torchspmd.auto_shard.whole_step import OptimizerFactory, WholeStep, whole_step
+from torchspmd.auto_shard.whole_step import WholeStep, whole_step
 from torchspmd.sharding import Mesh
 
 __all__ = ["Priced", "Pricer", "plan_key", "step_seconds"]
@@ -42,44 +44,58 @@ def plan_key(batch: tuple[str, ...], specs: dict[str, tuple]) -> tuple:
     return batch, tuple(sorted(specs.items()))
 
 
-def step_seconds(machine: Machine, whole: WholeStep) -> float:
+def step_seconds(machine: Machine, whole: WholeStep, update_bytes: float) -> float:
     """A whole step's predicted seconds on ``machine`` (see the module docstring)."""
-    return machine.step_overhead_s + machine.time(whole.flops, whole.bytes_accessed,
-                                                  whole.collectives)
+    return machine.step_overhead_s + machine.time(
+        whole.flops, whole.bytes_accessed + update_bytes, whole.collectives)
 
 
 @dataclasses.dataclass(frozen=True)
 class Priced:
     """One plan's predicted step: seconds, bytes per device, collectives per step by kind,
-    and XLA's numbers they came from (``whole``)."""
+    and the numbers they came from (``whole``: XLA's; ``update_bytes``: the optimizer's)."""
 
     seconds: float
     memory_bytes: float
     collectives: dict[str, int]
     whole: WholeStep
+    update_bytes: float
 
 
 class Pricer:
     """Prices plans of one model on one mesh (see the module docstring)."""
 
     def __init__(self, model: nn.Module, mesh: Mesh, example_inputs: tuple,
-                 loss_fn: Callable | None, repeated: list[str],
-                 make_optimizer: OptimizerFactory, machine: Machine):
+                 loss_fn: Callable | None, repeated: list[str], slots: int, machine: Machine):
         self.model, self.mesh, self.inputs, self.loss_fn = model, mesh, example_inputs, loss_fn
-        self.repeated, self.make_optimizer, self.machine = repeated, make_optimizer, machine
+        self.repeated, self.slots, self.machine = repeated, slots, machine
+        self._params = {n: (tuple(p.shape), p.element_size())
+                        for n, p in model.named_parameters()}
         self._seen: dict[Any, Priced] = {}
+        self.seconds = 0.0  # spent recording and compiling whole steps
+
+    @property
+    def programs(self) -> int:
+        """How many whole steps were compiled (one per distinct plan)."""
+        return len(self._seen)
 
     def price(self, batch: tuple[str, ...], specs: dict[str, tuple]) -> Priced:
         """The plan that splits the batch over ``batch`` and lays each parameter out as
         ``specs`` says (a missing name: replicated)."""
         key = plan_key(batch, specs)
         if key not in self._seen:
+            start = time.perf_counter()
             self._seen[key] = self._price(batch, specs)
+            self.seconds += time.perf_counter() - start
         return self._seen[key]
 
     def _price(self, batch: tuple[str, ...], specs: dict[str, tuple]) -> Priced:
         whole = whole_step(self.model, self.mesh, self.inputs, self.loss_fn, batch,
-                           self.repeated, specs, self.make_optimizer)
+                           self.repeated, specs)
+        state = sum(shard_bytes(shape, specs.get(name, ()), item, self.mesh)
+                    for name, (shape, item) in self._params.items())
+        update = state * (3 + 2 * self.slots)
+        seconds = step_seconds(self.machine, whole, update)
         kinds = Counter(c.kind for c in whole.collectives)
-        return Priced(step_seconds(self.machine, whole), whole.memory_bytes,
-                      {k: kinds.get(k, 0) for k in COLLECTIVE_KINDS}, whole)
+        return Priced(seconds, whole.memory_bytes + self.slots * state,
+                      {k: kinds.get(k, 0) for k in COLLECTIVE_KINDS}, whole, update)

@@ -1,4 +1,4 @@
-"""The finalist plans timed: each one's compiled whole step run on zeros, in turn.
+"""The finalist plans timed: each one's compiled forward and backward run on zeros, in turn.
 
 A prediction ranks plans only to within its error (on the development CPU machine, plans
 that split the batch over every device measure 10-25% slower than predicted and plans
@@ -7,8 +7,9 @@ that close, running them decides. Each finalist's compiled forward and backward 
 program its price was read from, ``WholeStep.program``) is called on zero-filled
 arguments laid out as it expects (values do not change how long XLA's kernels take), the
 plans one after another in rounds so that a change of the machine's load falls on all of
-them alike, and the median of the timed rounds is its time. Nothing of the user's model
-runs or changes; one plan's arguments live at a time.
+them alike, and the median of the rounds is its time. Nothing of the user's model runs
+or changes; the arguments are made for each call, so that only one plan's live at a time
+(each plan fits the budget, several at once might not).
 
 Several processes must call the same programs the same number of times (each call is
 one collective program) and must choose the same plan: with more than one process the
@@ -50,26 +51,24 @@ def _seconds(program) -> float:
     return time.perf_counter() - start
 
 
-def time_programs(programs: Sequence, rounds: int = 15, budget_s: float = 5.0) -> list[float]:
+def time_programs(programs: Sequence, rounds: int = 15, budget_s: float = 2.0) -> list[float]:
     """Median seconds per call of each ``jax.stages.Compiled`` in ``programs``.
 
-    One untimed round (XLA's first call of a program allocates and warms up), then up to
-    ``rounds`` timed rounds, at least two, fewer when the timed rounds have taken
-    ``budget_s`` seconds (one process only; see the module docstring).
+    Up to ``rounds`` rounds, at least three, fewer once they have taken ``budget_s``
+    seconds (one process only; see the module docstring). The first call of a program
+    allocates and warms up; the median of three or more leaves it out.
 
     Example::
 
         >>> import jax, jax.numpy as jnp
         >>> f = jax.jit(lambda x: x @ x).lower(jnp.ones((64, 64))).compile()
-        >>> [s > 0 for s in time_programs([f], rounds=2)]
+        >>> [s > 0 for s in time_programs([f], rounds=3)]
         [True]
     """
-    for program in programs:  # warm-up
-        _seconds(program)
     times: list[list[float]] = [[] for _ in programs]
     start = time.perf_counter()
-    for k in range(rounds):
-        if k >= 2 and jax.process_count() == 1 and time.perf_counter() - start > budget_s:
+    for k in range(max(rounds, 3)):
+        if k >= 3 and jax.process_count() == 1 and time.perf_counter() - start > budget_s:
             break
         for program, found in zip(programs, times):
             found.append(_seconds(program))
