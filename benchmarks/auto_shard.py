@@ -242,6 +242,11 @@ def run_case(name: str, mesh, steps: int) -> dict:
           f"[{'ok' if worst_pred <= 1.3 else 'MISSED'} within 30%]; ranking predicted "
           f"{predicted_order} measured {measured_order} "
           f"[{'ok' if predicted_order == measured_order else 'MISSED'}]")
+    tried = [s for s in HAND_WRITTEN if _trial_ms(plans["auto"], s) is not None]
+    trial_order = sorted(tried, key=lambda s: _trial_ms(plans["auto"], s))
+    print(f"  trials (the planner's runs of its finalists): {trial_order}, measured "
+          f"{[s for s in measured_order if s in tried]} "
+          f"[{'agree' if trial_order == [s for s in measured_order if s in tried] else 'differ'}]")
     state = 3 * sum(p.numel() * p.element_size() for p in model.parameters())
     print(f"  parameters + AdamW state, replicated: {state / 2**20:.3f} MiB per device "
           f"({'above' if state > budget else 'below'} the tight budget)")

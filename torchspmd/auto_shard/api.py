@@ -128,7 +128,7 @@ HAND_WRITTEN = ("dp", "fsdp", "tp", "fsdp+tp")
 # FINALISTS of them, fastest predicted first): the prediction's error on the
 # development machine is up to ~1.3x by plan kind.
 FINALISTS_WITHIN = 1.5
-FINALISTS = 3
+FINALISTS = 4
 # Plans whose XLA memory is checked against a budget before the planner gives up.
 _CHECKS = 4
 
@@ -225,7 +225,7 @@ class Planner:
         ``strategy``, one of ``dp``/``fsdp``/``tp``/``fsdp+tp``) that hand-written plan
         with its prediction. Raises :class:`NoPlanFits` when none fits.
 
-        The integer program proposes its two best plans; they and the hand-written plans
+        The integer program proposes its best plan; it and the hand-written plans
         are then priced as the programs they become (``pricing.py``: each plan's whole
         step compiled). With ``measure`` the plans that fit and are predicted within
         ``FINALISTS_WITHIN`` of the fastest are run on zeros in turn (``trials.py``) and
@@ -321,18 +321,19 @@ class Planner:
         return {",".join(b): o for b, o in self.options.items()}
 
     def _proposed(self, memory_budget: float | None) -> list[PlanSummary]:
-        """The integer program's two best plans for the budget. Its memory adds up layers;
-        with a budget XLA has the last word: a proposal whose whole step needs more is
-        cut from the program, which is solved again (a few times at most); if none of
-        those fit, the least-memory plan."""
+        """The integer program's best plan for the budget (its second best is most often
+        the same plan with one small layer laid out otherwise: not worth a whole step's
+        compile). Its memory adds up layers; with a budget XLA has the last word: a
+        proposal whose whole step needs more is cut from the program, which is solved
+        again (a few times at most); if none of those fit, the least-memory plan."""
         named = self._named
-        found = solve(named, memory_budget, solutions=2)
+        found = solve(named, memory_budget, solutions=1)
         checked: list[Solution] = []
         while found and memory_budget is not None:
             if self._priced(self._summary(found[0])).memory_bytes <= memory_budget:
                 break
             checked.append(found[0])
-            found = (solve(named, memory_budget, solutions=2, excluded=tuple(checked))
+            found = (solve(named, memory_budget, solutions=1, excluded=tuple(checked))
                      if len(checked) < _CHECKS else [])
         if not found:
             found = solve(named, None, solutions=1, minimize="memory")
@@ -378,8 +379,8 @@ def auto_shard(model: nn.Module, mesh: Mesh, example_inputs: Any, *,
     layout of each layer kind is compiled by XLA (forward, backward and the optimizer
     update; nothing runs) and its cost and memory analysis and collectives become a
     predicted time (``machine``, default from the platform:
-    :mod:`torchspmd.auto_shard.cost_model`); an integer program proposes its two best
-    plans whose predicted memory per device is within ``memory_budget`` bytes. Those and
+    :mod:`torchspmd.auto_shard.cost_model`); an integer program proposes its best
+    plan whose predicted memory per device is within ``memory_budget`` bytes. Those and
     the hand-written plans (dp, fsdp, tp, fsdp+tp) are compiled as whole steps and priced;
     with ``measure`` (the default) the ones that fit and are predicted within 1.5x of the
     fastest then run on zero-filled inputs a few times each (seconds in all; the model is
