@@ -12,9 +12,8 @@ import pytest
 
 from torchspmd.auto_shard import Machine, Planner, calibrate, fit
 from torchspmd.auto_shard.api import HAND_WRITTEN
-from torchspmd.auto_shard.candidates import shard_bytes
 from torchspmd.auto_shard.collectives import Collective
-from torchspmd.auto_shard.pricing import Priced, step_seconds
+from torchspmd.auto_shard.pricing import Priced, shard_bytes, step_seconds
 from torchspmd.auto_shard.whole_step import WholeStep
 
 from tests.auto_shard.test_auto_shard import data, mesh, model, mse

@@ -23,8 +23,7 @@ from torchspmd.auto_shard.cost_model import Machine, machine_for
 from torchspmd.auto_shard.measure import Programs
 from torchspmd.auto_shard.plan import AutoShardPlan, PlanSummary, PricedPlan
 from torchspmd.auto_shard.roles import Group, find_groups, repeated_modules
-from torchspmd.auto_shard.candidates import shard_bytes
-from torchspmd.auto_shard.pricing import Priced, Pricer, plan_key
+from torchspmd.auto_shard.pricing import Priced, Pricer, plan_key, shard_bytes
 from torchspmd.auto_shard.solve import Choice, Option, Solution, solve, smallest_memory
 from torchspmd.auto_shard.trials import time_programs
 from torchspmd.sharding import Mesh
@@ -129,6 +128,9 @@ HAND_WRITTEN = ("dp", "fsdp", "tp", "fsdp+tp")
 # development machine is up to ~1.3x by plan kind.
 FINALISTS_WITHIN = 1.5
 FINALISTS = 4
+# Finalists measured within this fraction of the fastest are a tie (about the trials'
+# run-to-run spread here): of those, the plan needing the least memory wins.
+MEASURED_TIE = 0.03
 # Plans whose XLA memory is checked against a budget before the planner gives up.
 _CHECKS = 4
 
@@ -229,7 +231,8 @@ class Planner:
         are then priced as the programs they become (``pricing.py``: each plan's whole
         step compiled). With ``measure`` the plans that fit and are predicted within
         ``FINALISTS_WITHIN`` of the fastest are run on zeros in turn (``trials.py``) and
-        the fastest measured wins; without it the fastest predicted, and nothing runs."""
+        the fastest measured wins (of those within ``MEASURED_TIE`` of it, the one
+        needing the least memory); without it the fastest predicted, and nothing runs."""
         if strategy is not None:
             pool = [(strategy, self._hand_written(strategy))]
         else:
@@ -261,6 +264,12 @@ class Planner:
             ranked.sort(key=lambda e: (not e.fits, e.measured_s is None,
                                        e.priced.seconds if e.measured_s is None
                                        else e.measured_s))
+            if ranked[0].measured_s is not None:
+                tied = [e for e in ranked if e.measured_s is not None
+                        and e.measured_s <= (1 + MEASURED_TIE) * ranked[0].measured_s]
+                lightest = min(tied, key=lambda e: e.priced.memory_bytes)
+                ranked.remove(lightest)
+                ranked.insert(0, lightest)
         best, runner_up = ranked[0], ranked[1] if len(ranked) > 1 and ranked[1].fits else None
         mesh = self.mesh
         return AutoShardPlan([int(d) for d in mesh.device_ids], tuple(mesh.mesh_shape),
@@ -380,11 +389,12 @@ def auto_shard(model: nn.Module, mesh: Mesh, example_inputs: Any, *,
     update; nothing runs) and its cost and memory analysis and collectives become a
     predicted time (``machine``, default from the platform:
     :mod:`torchspmd.auto_shard.cost_model`); an integer program proposes its best
-    plan whose predicted memory per device is within ``memory_budget`` bytes. Those and
+    plan whose predicted memory per device is within ``memory_budget`` bytes. It and
     the hand-written plans (dp, fsdp, tp, fsdp+tp) are compiled as whole steps and priced;
     with ``measure`` (the default) the ones that fit and are predicted within 1.5x of the
     fastest then run on zero-filled inputs a few times each (seconds in all; the model is
-    untouched) and the fastest measured wins; ``measure=False`` picks by prediction and
+    untouched) and the fastest measured wins (of those within 3% of it, the one needing
+    the least memory); ``measure=False`` picks by prediction and
     runs nothing. ``optimizer`` (an instance or class; default AdamW) sets how many state
     tensors each parameter has. Raises :class:`NoPlanFits` naming the smallest memory any
     plan needs.

@@ -28,7 +28,7 @@ import math
 from torchspmd.auto_shard.roles import Layer
 from torchspmd.sharding import Mesh
 
-__all__ = ["shard_bytes", "Candidate", "group_candidates", "batch_candidates", "weight_spec",
+__all__ = ["Candidate", "group_candidates", "batch_candidates", "weight_spec",
            "activation_specs", "axes_entry", "bias_spec", "positions"]
 
 
@@ -134,20 +134,3 @@ def activation_specs(layer: Layer, position: str, candidate: Candidate,
 def positions(count: int, kind: str) -> list[str]:
     """The position of each layer of a group: columns then the row, or ``single``."""
     return ["column"] * (count - 1) + ["row"] if kind == "unit" else ["single"] * count
-
-
-def shard_bytes(shape, spec, itemsize: int, mesh: Mesh) -> float:
-    """Bytes of one device's shard of an array of ``shape`` laid out by ``spec``.
-
-    Example::
-
-        >>> import numpy as np, torchspmd as xs
-        >>> shard_bytes((8, 4), ("data", None), 4, xs.Mesh(np.arange(8), (4, 2), ("data", "model")))
-        32.0
-    """
-    sizes = mesh.shape()
-    shards = 1
-    for entry in spec:
-        for axis in (entry if isinstance(entry, tuple) else (entry,)):
-            shards *= sizes[axis] if axis is not None else 1
-    return math.prod(shape) * itemsize / shards

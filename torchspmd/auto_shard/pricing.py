@@ -22,21 +22,38 @@ Example::
 from __future__ import annotations
 
 import dataclasses
+import math
 import time
 from collections import Counter
 from typing import Any, Callable
 
 from torch import nn
 
-from torchspmd.auto_shard.candidates import shard_bytes
 from torchspmd.auto_shard.cost_model import Machine
 from torchspmd.auto_shard.whole_step import WholeStep, whole_step
 from torchspmd.sharding import Mesh
 
-__all__ = ["Priced", "Pricer", "plan_key", "step_seconds"]
+__all__ = ["Priced", "Pricer", "plan_key", "shard_bytes", "step_seconds"]
 
 COLLECTIVE_KINDS = ("all-gather", "all-reduce", "reduce-scatter", "all-to-all",
                     "collective-permute")
+
+
+def shard_bytes(shape, spec, itemsize: int, mesh: Mesh) -> float:
+    """Bytes of one device's shard of an array of ``shape`` laid out by ``spec``.
+
+    Example::
+
+        >>> import numpy as np, torchspmd as xs
+        >>> shard_bytes((8, 4), ("data", None), 4, xs.Mesh(np.arange(8), (4, 2), ("data", "model")))
+        32.0
+    """
+    sizes = mesh.shape()
+    shards = 1
+    for entry in spec:
+        for axis in (entry if isinstance(entry, tuple) else (entry,)):
+            shards *= sizes[axis] if axis is not None else 1
+    return math.prod(shape) * itemsize / shards
 
 
 def plan_key(batch: tuple[str, ...], specs: dict[str, tuple]) -> tuple:
