@@ -158,3 +158,37 @@ def test_a_detached_result_is_one_output_of_the_program():
     with torch.no_grad():
         p.mul_(3)  # a write through the identity views reaches the storage
     _same(d, cpu * 6)
+
+
+OVERLAP = "some elements of the input tensor and the written-to tensor refer to a single"
+
+
+@pytest.mark.parametrize("read", [lambda x: x[0], lambda x: x.t(), lambda x: x.diagonal()],
+                         ids=["a row", "the transpose", "the diagonal"])
+def test_an_inplace_op_reading_memory_it_writes_raises_pytorchs_error(read):
+    """x.add_(view of x) where the view shares memory with x but is not x: PyTorch raises
+    for a row and the transpose; for the diagonal its check cannot tell and the CPU
+    kernel's result depends on the order it visits elements (a lazy op reads all of them
+    first). torchspmd raises PyTorch's error for all three, and x keeps its value."""
+    cpu, x = _pair((3, 3))
+    with pytest.raises(RuntimeError, match=OVERLAP):
+        x.add_(read(x))
+    _same(x, cpu)
+    x.add_(1)  # the tensor works on
+    _same(x, cpu + 1)
+
+
+@pytest.mark.parametrize("read", [lambda x: x, lambda x: x.detach(), lambda x: x.view(3, 3)],
+                         ids=["itself", "detached", "an identity view"])
+def test_an_inplace_op_reading_its_own_elements_is_elementwise_as_on_cpu(read):
+    cpu, x = _pair((3, 3))
+    cpu.mul_(read(cpu))
+    x.mul_(read(x))
+    _same(x, cpu)
+
+
+def test_writing_one_view_while_reading_a_disjoint_one_of_the_same_tensor_works():
+    cpu, x = _pair((3, 4))
+    cpu[:, ::2].add_(cpu[:, 1::2])
+    x[:, ::2].add_(x[:, 1::2])
+    _same(x, cpu)

@@ -157,6 +157,57 @@ def _strided_write(storage, steps: tuple, value: tuple[Node, int]) -> tuple[Node
     return base
 
 
+# Views larger than this are not compared element by element (``reads_overwritten``).
+_COMPARED_ELEMENTS = 1 << 22
+
+
+def reads_overwritten(base_meta: TensorMeta, written: tuple, read: tuple) -> bool:
+    """Whether an in-place write to the view ``written`` of a storage would read, through
+    the view ``read`` of the same storage, memory it overwrites other than element for
+    element: the two views share a memory location and are not the same view.
+
+    PyTorch refuses such an op (``x.add_(x[0])``, ``x.add_(x.t())``); where its check
+    cannot tell (``x.add_(x.diagonal())``) a CPU kernel reads some elements before and
+    some after writing them, an order-dependent result, where a lazy write reads them
+    all before. Views of more than ``_COMPARED_ELEMENTS`` elements whose memory ranges
+    meet are not compared (``False``), as PyTorch does not.
+
+    Example::
+
+        >>> import torch
+        >>> meta = TensorMeta((3, 3), (3, 1), torch.float32)
+        >>> row = (view_step(aten.select.int, (0, 0)),)
+        >>> reads_overwritten(meta, (), row), reads_overwritten(meta, row, row)
+        (True, False)
+    """
+    if written == read:
+        return False
+    w, r = _located(base_meta, written), _located(base_meta, read)
+    if w == r or not _ranges_meet(w, r):
+        return False
+    if math.prod(w[0]) > _COMPARED_ELEMENTS or math.prod(r[0]) > _COMPARED_ELEMENTS:
+        return False
+    return np.intersect1d(_offsets(*w), _offsets(*r)).size > 0
+
+
+def _ranges_meet(a: tuple, b: tuple) -> bool:
+    """Whether the memory ranges [first, last element] of two located views meet."""
+    spans = []
+    for size, stride, offset in (a, b):
+        if 0 in size:
+            return False
+        spans.append((offset, offset + sum((n - 1) * st for n, st in zip(size, stride))))
+    return spans[0][0] <= spans[1][1] and spans[1][0] <= spans[0][1]
+
+
+def _offsets(size: tuple, stride: tuple, offset: int) -> np.ndarray:
+    """Every element's memory offset of a (size, stride, offset) view."""
+    found = np.full((), offset, dtype=np.int64)
+    for n, st in zip(size, stride):
+        found = np.add.outer(found, np.arange(n, dtype=np.int64) * st)
+    return found.ravel()
+
+
 @functools.lru_cache(maxsize=1024)
 def _located(base_meta: TensorMeta, steps: tuple) -> tuple[tuple, tuple, int]:
     """Size, stride and storage offset of the view ``steps`` of a ``base_meta`` tensor."""
