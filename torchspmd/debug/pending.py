@@ -26,7 +26,6 @@ from torchspmd.lazy.node import Node
 from torchspmd.lowering.xla_shardings import in_id_order, placement_for
 from torchspmd.lowering.annotation_ops import FULL_TO_SHARD, SHARD_TO_FULL, SHARDING_CONSTRAINT
 from torchspmd.runtime import placement
-from torchspmd.runtime.donation import output_avals
 from torchspmd.runtime.graph import Graph, collect
 from torchspmd.runtime.metrics import COUNTERS
 from torchspmd.runtime.program import Program
@@ -98,19 +97,7 @@ def _leaf_layout(node: Node, index: int, ids: tuple[int, ...]) -> jax.ShapeDtype
     return jax.ShapeDtypeStruct(shape, dtype, sharding=sharding)
 
 
-def _donatable(graph: Graph, layouts: list[jax.ShapeDtypeStruct]) -> tuple[int, ...]:
-    """Positions of the leaves an output of the same shape and dtype can take over."""
-    room = output_avals(graph)
-    donate = []
-    for position, layout in enumerate(layouts):
-        aval = (tuple(layout.shape), np.dtype(layout.dtype))
-        if room.get(aval, 0) > 0:
-            room[aval] -= 1
-            donate.append(position)
-    return tuple(donate)
-
-
-def _lowered(graph: Graph, donate: bool = False):
+def _lowered(graph: Graph):
     """``jax.jit(...).lower(...)`` of the graph's program: traced, not compiled or run."""
     ids = _device_ids(graph)
     program = Program(graph)
@@ -119,7 +106,7 @@ def _lowered(graph: Graph, donate: bool = False):
     layouts = [_leaf_layout(node, i, ids) for node, i in graph.leaves]
     traced = COUNTERS["graphs_compiled"]
     try:
-        return program.lower(layouts, vectors, _donatable(graph, layouts) if donate else ())
+        return program.jitted.lower(layouts, *vectors)
     finally:
         COUNTERS["graphs_compiled"] = traced  # a look, not a compilation for the metrics
 
@@ -146,15 +133,10 @@ def pending_hlo(tensors: Sequence[torch.Tensor]) -> str:
     return _lowered(graph).as_text(dialect="hlo")
 
 
-def pending_program(tensors: Sequence[torch.Tensor], donate: bool = False):
+def pending_program(tensors: Sequence[torch.Tensor]):
     """The ``jax.stages.Lowered`` program of the pending graph ``tensors`` need (None if
     they all hold data): ``.compile()`` it for XLA's ``cost_analysis()``,
     ``memory_analysis()`` and optimized HLO, without running anything.
-
-    ``donate``: every input buffer that an output of the same shape and dtype can take is
-    donated to it, as in a training step that updates its parameters and optimizer
-    state in place (its memory analysis then counts that state once, not twice). The
-    inputs given to a call of the compiled program are then consumed by it.
 
     Example::
 
@@ -163,7 +145,7 @@ def pending_program(tensors: Sequence[torch.Tensor], donate: bool = False):
         True
     """
     graph = _graph(_values(tensors, "pending_program"))
-    return None if graph is None else _lowered(graph, donate)
+    return None if graph is None else _lowered(graph)
 
 
 def propagated_shardings(tensors: Sequence[torch.Tensor]) -> list[str]:

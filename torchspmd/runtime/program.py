@@ -179,15 +179,6 @@ class Program:
         return known[0], [[leaf_arrays[i] for i in donate],
                           [a for i, a in enumerate(leaf_arrays) if i not in chosen]], known[1]
 
-    def lower(self, leaves: list, vectors: list, donate: tuple[int, ...] = ()):
-        """``jax.stages.Lowered`` of this program (traced, not compiled) for ``leaves``
-        (arrays or ``jax.ShapeDtypeStruct``) and scalar ``vectors``, the leaves at
-        positions ``donate`` donated, each to the first output of its shape and dtype."""
-        jitted, args, _ = self._call(leaves, donate, (None,) * len(donate))
-        with warnings.catch_warnings():
-            warnings.filterwarnings("ignore", message=NOT_USABLE)
-            return jitted.lower(*args, *vectors)
-
     def optimized_hlo(self) -> str:
         """XLA's optimized, partitioned HLO of the latest run (collectives are visible here)."""
         return self._compiled().as_text()
