@@ -157,7 +157,8 @@ def _strided_write(storage, steps: tuple, value: tuple[Node, int]) -> tuple[Node
     return base
 
 
-# Views larger than this are not compared element by element (``reads_overwritten``).
+# Views larger than this are not compared element by element (``reads_overwritten``,
+# ``_overlaps``).
 _COMPARED_ELEMENTS = 1 << 22
 
 
@@ -241,11 +242,9 @@ def _overlaps(size, stride) -> bool:
         reach += st * (sz - 1)
     else:
         return False
-    if math.prod(size) > 1 << 22:  # too large to check element by element: be safe
+    if math.prod(size) > _COMPARED_ELEMENTS:  # too large to check element by element: be safe
         return True
-    offsets = np.zeros((), dtype=np.int64)
-    for sz, st in zip(size, stride):
-        offsets = np.add.outer(offsets, np.arange(sz, dtype=np.int64) * st)
+    offsets = _offsets(size, stride, 0)
     return np.unique(offsets).size != offsets.size
 
 
