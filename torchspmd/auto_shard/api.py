@@ -259,17 +259,7 @@ class Planner:
         if not ranked[0].fits:
             self._no_plan_fits(memory_budget, [s for _, s in pool])
         if measure and strategy is None:
-            self._run_finalists(ranked)
-            # Measured plans first, fastest first; then the others by prediction.
-            ranked.sort(key=lambda e: (not e.fits, e.measured_s is None,
-                                       e.priced.seconds if e.measured_s is None
-                                       else e.measured_s))
-            if ranked[0].measured_s is not None:
-                tied = [e for e in ranked if e.measured_s is not None
-                        and e.measured_s <= (1 + MEASURED_TIE) * ranked[0].measured_s]
-                lightest = min(tied, key=lambda e: e.priced.memory_bytes)
-                ranked.remove(lightest)
-                ranked.insert(0, lightest)
+            ranked = self._by_trials(ranked)
         best, runner_up = ranked[0], ranked[1] if len(ranked) > 1 and ranked[1].fits else None
         mesh = self.mesh
         return AutoShardPlan([int(d) for d in mesh.device_ids], tuple(mesh.mesh_shape),
@@ -281,22 +271,31 @@ class Planner:
                                          e.priced.memory_bytes, e.fits, e.measured_s)
                               for e in ranked])
 
-    def _run_finalists(self, ranked: list[_Priced]) -> None:
-        """Set ``measured_s`` on the fitting plans predicted within ``FINALISTS_WITHIN`` of
-        the fastest (``ranked[0]``), the ``FINALISTS`` fastest of them: their forward and
-        backward run on this machine, plus the optimizer update's predicted time (an
-        elementwise pass over the state: compiling it into each program would double
-        the planner's compile time, see ``docs/guides/auto-shard.md``)."""
+    def _by_trials(self, ranked: list[_Priced]) -> list[_Priced]:
+        """``ranked`` (fitting plans first, fastest predicted first) reordered by running
+        the finalists: the fitting plans predicted within ``FINALISTS_WITHIN`` of the
+        fastest, the ``FINALISTS`` fastest of them, get ``measured_s`` (their forward and
+        backward run on this machine, plus the optimizer update's predicted time: an
+        elementwise pass over the state, which compiled into each program would double
+        the planner's compile time, see ``docs/guides/auto-shard.md``). They come first,
+        fastest measured first, except that of those within ``MEASURED_TIE`` of the
+        fastest the one needing the least memory leads; then the rest as they were."""
         fastest = ranked[0].priced.seconds
         finalists = [e for e in ranked
                      if e.fits and e.priced.seconds <= FINALISTS_WITHIN * fastest][:FINALISTS]
         if len(finalists) < 2:
-            return
+            return ranked
         start = time.perf_counter()
         seconds = time_programs([e.priced.whole.program for e in finalists])
         self.trial_seconds += time.perf_counter() - start
         for entry, ran in zip(finalists, seconds):
             entry.measured_s = ran + self.machine.time(0.0, entry.priced.update_bytes, ())
+        finalists.sort(key=lambda e: e.measured_s)
+        tie = (1 + MEASURED_TIE) * finalists[0].measured_s
+        tied = [e for e in finalists if e.measured_s <= tie]
+        lightest = min(tied, key=lambda e: e.priced.memory_bytes)
+        finalists.remove(lightest)
+        return [lightest, *finalists, *(e for e in ranked if e.measured_s is None)]
 
     def _hand_written(self, strategy: str) -> PlanSummary:
         """A hand-written strategy as a plan of this model (ValueError if it cannot be)."""
