@@ -121,7 +121,7 @@ def _tp_plan(optimizer):
     return planner.plan(strategy="tp")
 
 
-def test_the_step_priced_has_the_users_optimizer_state():
+def test_a_plans_memory_counts_the_users_optimizer_state():
     """A plan's memory counts the user's kind of optimizer state: AdamW's two moments,
     laid out like their parameters, need two more copies of each device's parameter
     shards than plain SGD, SGD with momentum (given as an instance) one more."""
