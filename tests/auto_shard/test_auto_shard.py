@@ -240,3 +240,53 @@ def test_measuring_leaves_the_model_as_it_was():
     for (name, p), q in zip(planned.named_parameters(), reference.parameters()):
         assert p.device.type == "cpu" and p.grad is None, name
         torch.testing.assert_close(p.detach(), q.detach(), rtol=0, atol=0, msg=name)
+
+
+def test_a_model_and_batch_already_on_the_device_keep_their_values_and_layouts():
+    """Planning a model and inputs that are already spmd tensors, marked, compiles the
+    planner's own copies: the caller's tensors keep their values and annotations."""
+    cpu = model()
+    spmd = copy.deepcopy(cpu).to("spmd")
+    torchspmd.mark_sharding(spmd.blocks[0].up.weight, mesh(), ("model", None))
+    x, y = data()[0]
+    xd, yd = x.to("spmd"), y.to("spmd")
+    torchspmd.mark_sharding(yd, mesh(), (None, "model"))
+    before = [get_sharding(t) for t in (*spmd.parameters(), xd, yd)]
+    plan = auto_shard(spmd, mesh(), (xd, yd), loss_fn=mse, measure=False)
+    assert set(plan.specs) == {name for name, _ in cpu.named_parameters()}
+    assert [get_sharding(t) for t in (*spmd.parameters(), xd, yd)] == before
+    torch.testing.assert_close(xd.cpu(), x, rtol=0, atol=0)
+    torch.testing.assert_close(yd.cpu(), y, rtol=0, atol=0)
+    for (name, p), q in zip(spmd.named_parameters(), cpu.parameters()):
+        torch.testing.assert_close(p.detach().cpu(), q.detach(), rtol=0, atol=0, msg=name)
+
+
+@pytest.mark.parametrize("budget, error, match", [
+    ("1GB", TypeError, "memory_budget must be a number of bytes"),
+    (True, TypeError, "memory_budget must be a number of bytes"),
+    (0, ValueError, "memory_budget must be a positive number"),
+    (float("nan"), ValueError, "memory_budget must be a positive number"),
+])
+def test_a_budget_that_is_no_number_of_bytes_is_refused_before_compiling(budget, error, match):
+    with pytest.raises(error, match=match):
+        auto_shard(model(), mesh(), data()[0], loss_fn=mse, memory_budget=budget)
+
+
+def test_example_inputs_must_be_positional():
+    """A dict (keyword inputs) is refused by name, not read as its keys."""
+    x, y = data()[0]
+    with pytest.raises(TypeError, match="example_inputs must be a tensor or a tuple.*got dict"):
+        auto_shard(model(), mesh(), {"x": x, "y": y}, loss_fn=mse)
+
+
+def test_a_model_without_trainable_parameters_is_refused():
+    frozen = model().requires_grad_(False)
+    with pytest.raises(ValueError, match="no trainable parameters"):
+        auto_shard(frozen, mesh(), data()[0], loss_fn=mse)
+
+
+@pytest.mark.parametrize("text", ["{}", "not json", "[1, 2]", '{"mesh_devices": [0]}'])
+def test_text_that_is_no_saved_plan_is_refused(text):
+    with pytest.raises(ValueError, match=r"from_json: the text is not a plan saved by "
+                                         r"plan.to_json\(\)"):
+        AutoShardPlan.from_json(text)

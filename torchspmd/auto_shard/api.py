@@ -11,6 +11,8 @@ Example::
 from __future__ import annotations
 
 import dataclasses
+import math
+import numbers
 import time
 from typing import Any, Callable
 
@@ -47,6 +49,30 @@ def _slots(optimizer: Any) -> int:
         groups = getattr(optimizer, "param_groups", [{}])
         return int(any(g.get("momentum", 0) for g in groups))
     return 2
+
+
+def _budget(memory_budget: Any) -> float | None:
+    """``memory_budget`` checked: None, or a positive, finite number of bytes."""
+    if memory_budget is None:
+        return None
+    if isinstance(memory_budget, bool) or not isinstance(memory_budget, numbers.Real):
+        raise TypeError("torchspmd.auto_shard: memory_budget must be a number of bytes per "
+                        f"device (e.g. 2 * 2**30) or None, got {memory_budget!r}")
+    if not math.isfinite(memory_budget) or memory_budget <= 0:
+        raise ValueError("torchspmd.auto_shard: memory_budget must be a positive number of "
+                         f"bytes per device, got {memory_budget!r}")
+    return memory_budget
+
+
+def _inputs(example_inputs: Any) -> tuple:
+    """``example_inputs`` as a tuple of positional inputs."""
+    if isinstance(example_inputs, torch.Tensor):
+        example_inputs = (example_inputs,)
+    if not isinstance(example_inputs, (tuple, list)):
+        raise TypeError("torchspmd.auto_shard: example_inputs must be a tensor or a tuple of "
+                        "the step's positional inputs (loss_fn(model, *example_inputs)), got "
+                        f"{type(example_inputs).__name__}")
+    return tuple(example_inputs)
 
 
 def _itemsize(dtype: str) -> int:
@@ -176,9 +202,7 @@ class Planner:
     def __init__(self, model: nn.Module, mesh: Mesh, example_inputs: Any, *,
                  loss_fn: Callable | None = None, optimizer: Any = None,
                  machine: Machine | None = None):
-        if isinstance(example_inputs, torch.Tensor):
-            example_inputs = (example_inputs,)
-        example_inputs = tuple(example_inputs)
+        example_inputs = _inputs(example_inputs)
         batch_tensor = next((t for t in example_inputs
                              if isinstance(t, torch.Tensor) and t.dim() > 0), None)
         if batch_tensor is None:
@@ -187,6 +211,9 @@ class Planner:
         if mesh.axis_names is None:
             raise ValueError("torchspmd.auto_shard: the mesh needs axis names (Mesh(ids, "
                              "shape, ('data', 'model'))): the plan's specs name its axes")
+        if not any(p.requires_grad for p in model.parameters()):
+            raise ValueError("torchspmd.auto_shard: the model has no trainable parameters, "
+                             "so there is nothing to shard")
         slots = _slots(optimizer)
         run = (lambda: loss_fn(model, *example_inputs)) if loss_fn is not None else None
         self.mesh = mesh
@@ -195,7 +222,11 @@ class Planner:
         self.repeated = repeated_modules(model)
         self.machine = machine or machine_for(jax.devices()[0].platform)
         self._measure = _Planner(mesh, slots, self.machine)
-        self.pricer = Pricer(model, mesh, example_inputs, loss_fn, self.repeated, slots,
+        # The compiled steps mark copies on the host, never the caller's tensors (one
+        # already on the spmd device keeps its value and its annotation).
+        host_inputs = tuple(t.detach().cpu() if isinstance(t, torch.Tensor) else t
+                            for t in example_inputs)
+        self.pricer = Pricer(model, mesh, host_inputs, loss_fn, self.repeated, slots,
                              self.machine)
         self.options: dict[tuple, Option] = {}
         self.trial_seconds = 0.0  # spent running finalists (``trials``)
@@ -233,6 +264,7 @@ class Planner:
         ``FINALISTS_WITHIN`` of the fastest are run on zeros in turn (``trials.py``) and
         the fastest measured wins (of those within ``MEASURED_TIE`` of it, the one
         needing the least memory); without it the fastest predicted, and nothing runs."""
+        memory_budget = _budget(memory_budget)
         if strategy is not None:
             pool = [(strategy, self._hand_written(strategy))]
         else:
@@ -403,5 +435,6 @@ def auto_shard(model: nn.Module, mesh: Mesh, example_inputs: Any, *,
         >>> plan = auto_shard(model, mesh, (x, y), loss_fn=lm_loss)   # doctest: +SKIP
         >>> model = plan.apply(model.to("spmd"))                      # doctest: +SKIP
     """
+    memory_budget = _budget(memory_budget)  # before seconds of compiling, not after
     return Planner(model, mesh, example_inputs, loss_fn=loss_fn, optimizer=optimizer,
                    machine=machine).plan(memory_budget, measure=measure)

@@ -188,17 +188,22 @@ class AutoShardPlan:
             >>> AutoShardPlan.from_json(plan.to_json()) == plan   # doctest: +SKIP
             True
         """
-        data = json.loads(text)
-
         def summary(d):
             return None if d is None else PlanSummary(tuple(d["batch"]), d["choices"],
                                                       d["step_s"], d["memory_bytes"])
 
-        return cls(data["mesh_devices"], tuple(data["mesh_shape"]), tuple(data["axis_names"]),
-                   {k: _spec_from_json(v) for k, v in data["specs"].items()},
-                   summary(data["best"]), summary(data["runner_up"]), data["collectives"],
-                   data["repeated"], data["memory_budget"], data["machine"],
-                   [PricedPlan(**p) for p in data.get("priced", [])])
+        try:
+            data = json.loads(text)
+            return cls(data["mesh_devices"], tuple(data["mesh_shape"]),
+                       tuple(data["axis_names"]),
+                       {k: _spec_from_json(v) for k, v in data["specs"].items()},
+                       summary(data["best"]), summary(data["runner_up"]),
+                       data["collectives"], data["repeated"], data["memory_budget"],
+                       data["machine"], [PricedPlan(**p) for p in data.get("priced", [])])
+        except (ValueError, KeyError, TypeError, AttributeError) as error:
+            detail = f"no {error}" if isinstance(error, KeyError) else str(error)
+            raise ValueError("torchspmd.AutoShardPlan.from_json: the text is not a plan "
+                             f"saved by plan.to_json() ({detail})") from None
 
     def __str__(self) -> str:
         mib = 2 ** 20
