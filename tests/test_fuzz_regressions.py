@@ -207,3 +207,19 @@ def test_adding_a_tensors_own_diagonal_in_place_raises_instead_of_differing_from
     with pytest.raises(RuntimeError, match="written-to tensor refer to a single memory"):
         t2.add_(t2.diagonal())
     assert t2.cpu().tolist() == torch.cat([torch.arange(18.).reshape(6, 3)] * 3).tolist()
+
+
+def test_index_fill_into_device_data_annotated_over_a_sub_mesh_matches_cpu():
+    # Seed 13, program 436: the row that begins the second device's block took the old
+    # row 0 (XLA's scatter into a resharded input; tests/lowering/
+    # test_xla_scatter_into_resharded_input.py).
+    def program(dev, mesh=None):
+        t = (torch.arange(24).reshape(6, 4) - 12).to(dev)
+        if mesh is not None:
+            annotate_custom_sharding(t, mesh, (0, None))
+        t.index_fill_(0, torch.tensor([0], device=dev), 4)
+        t.clamp_(-3, 3)
+        torchspmd.sync()
+        return t.cpu()
+
+    assert torch.equal(program(DEV, Mesh([5, 3], (2,), ("data",))), program("cpu"))

@@ -12,6 +12,7 @@ import warnings
 import jax
 import jax.numpy as jnp
 import numpy as np
+import torch
 
 from torchspmd.lazy.node import TENSOR, ScalarSlot, TensorMeta
 from torchspmd.lowering import LOWERINGS, RANDOM_OPS
@@ -47,6 +48,7 @@ class Program:
         self.output_avals = output_avals(graph)  # what donated buffers may become
         self.manual = manual_steps(self.steps)
         check_region(self.steps, self.manual, self.roots)
+        self.barriers = resharded_inputs(self.steps)
         # A graph that reads no data and names no sharding (factory ops only) would run
         # on JAX's default device alone; unsharded data lives replicated on every device.
         placed = bool(graph.leaves) or any(sig.op is SHARDING_CONSTRAINT for sig, _ in self.steps)
@@ -222,7 +224,38 @@ class Program:
                                step_scalars, exit_region(self.steps, self.manual, i))
                 continue
             values[i] = lower_node(sig, [operand(c) for c in operands], step_scalars[i])
+            if i in self.barriers:
+                values[i] = [jax.lax.optimization_barrier(v) for v in values[i]]
         return [[values[p][i] for i in outs] for p, outs in self.roots]
+
+
+# Ops that only lay an input out otherwise (what XLA may fold into the input itself).
+_LAYOUT_ONLY = {torch.ops.aten.clone.default, torch.ops.aten._unsafe_view.default}
+
+
+def resharded_inputs(steps: list) -> frozenset[int]:
+    """The sharding constraints that lay out a program input (a leaf, or views of one).
+
+    XLA miscompiles a scatter of one index (``x.at[0].set(v)``, ``index_fill_``) into
+    such a constraint's result when the input is replicated: the partitioned update
+    falls back to the wrong row of the whole input on the devices that do not own the
+    index (``tests/lowering/test_xla_scatter_into_resharded_input.py`` keeps the
+    plain-JAX repro; JAX 0.10.2, both partitioners). An optimization barrier after the
+    constraint keeps XLA from folding the reshard into the scatter; the collectives and
+    fusions of a step are the same with it."""
+    from_input: set[int] = set()  # steps whose value is an input's, laid out otherwise
+    found = set()
+    for i, (sig, operands) in enumerate(steps):
+        first = operands[0] if operands else 0
+        reads_input = first < 0 or first // OUTPUTS in from_input
+        if not reads_input:
+            continue
+        if sig.op is SHARDING_CONSTRAINT:
+            found.add(i)
+            from_input.add(i)
+        elif getattr(sig.op, "is_view", False) or sig.op in _LAYOUT_ONLY:
+            from_input.add(i)
+    return frozenset(found)
 
 
 def unrepresentable_output(error: BaseException) -> bool:
