@@ -130,6 +130,7 @@ def compiled_trainer(model: TinyTransformer, total: int, layout: Layout | None =
 
     step.phases = phases
     step.compiled = train
+    step.optimizer = opt
     return step
 
 

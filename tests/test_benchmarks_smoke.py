@@ -81,3 +81,14 @@ def test_gpu_check_dry_run_runs_every_section_and_a_one_point_sweep(tmp_path):
     assert "losses agree with JAX" in text and "(PASS)" in text, text
     assert (tmp_path / "results_sweep.png").stat().st_size > 0
     assert "== gpu_check done: 0 section(s) failed" in text, text
+
+
+def test_host_floor_benchmark_prints_every_floor_next_to_jax():
+    env = dict(os.environ, TORCHSPMD_CPU_DEVICES="1")
+    proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "host_floor.py"),
+                           "--points", "mlp:16:1", "--steps", "2", "--warmup", "1"],
+                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    out = proc.stdout
+    assert proc.returncode == 0, out + proc.stderr
+    assert "mlp d16 L1" in out, out
+    assert "worst: dispatch " in out and "compiled floor " in out, out

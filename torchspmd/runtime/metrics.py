@@ -32,6 +32,9 @@ def reset() -> None:
         step_recaptures_state=0,  # state changed outside the step (p.grad set to None...)
         step_check_misses=0,  # check_every found another path
         donated_bytes=0,  # buffers handed to a step that overwrote them
+        # host seconds inside the XLA call of compiled steps (the rest of a call's host
+        # time is torchspmd's own: gathering state, donation checks, writing back)
+        step_call_s=0.0,
         # ownership questions refused because this interpreter's reference counts did not
         # pass ownership's self-test (``torchspmd.runtime.ownership.COUNTING.reason``)
         donation_disabled=0,

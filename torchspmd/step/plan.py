@@ -209,11 +209,13 @@ class Plan:
         """Run the program on ``inputs``. State takes its new values before it starts
         (their arrays are filled in when it returns): less host work while it runs."""
         replaced = install(call, self.writes, args)
+        start = time.perf_counter()
         try:
             outputs = self.compiled(*inputs)
         except BaseException:
             restore(replaced, self.writes)
             raise
+        COUNTERS["step_call_s"] += time.perf_counter() - start
         COUNTERS["executions"] += 1
         self.binding = tuple(weakref.ref(call.tensors[self.captured.sources[i].output]
                                          .handle.storage) for i in self.reads.refilled)
