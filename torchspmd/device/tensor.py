@@ -73,6 +73,24 @@ class SpmdTensor(torch.Tensor):
         """
         return self._h
 
+    @property
+    def data(self) -> torch.Tensor:
+        """``t.data``: a detached tensor sharing ``t``'s storage (as PyTorch's)."""
+        return torch.Tensor.data.__get__(self)
+
+    @data.setter
+    def data(self, new: torch.Tensor) -> None:
+        """``t.data = new``: ``t`` shares ``new``'s storage from now on (as PyTorch's), keeping
+        its identity and autograd flags. ``Module.to(dtype)``, ``.half()`` and friends do
+        this to every parameter. PyTorch's own setter copies only the C++ metadata (shape,
+        dtype); the value lives in this Python object's handle, so it is set here too."""
+        if not isinstance(new, SpmdTensor):
+            raise RuntimeError(
+                f"torchspmd: t.data = x needs x on the spmd device too, got a tensor on "
+                f"{new.device}: assign x.to('spmd') (the data then lives on the devices)")
+        torch.Tensor.data.__set__(self, new)
+        self._h = new.detach()._h
+
     # Results are made by __torch_dispatch__ already; skip __torch_function__ entirely.
     __torch_function__ = torch._C._disabled_torch_function_impl
 
