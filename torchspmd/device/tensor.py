@@ -7,6 +7,7 @@ and ``Module.to`` work above it as on any device.
 from __future__ import annotations
 
 import copy
+import math
 
 import torch
 
@@ -35,6 +36,35 @@ def check_device_index(device) -> None:
             f"torchspmd: there is one spmd device, spmd:0, and it spans all "
             f"{len(devices())} physical devices; got {device}. Use torch.device('spmd') and "
             f"choose physical devices with a Mesh and mark_sharding(t, mesh, spec).")
+
+
+class StorageKey(torch.UntypedStorage):
+    """What ``t.untyped_storage()`` is for an spmd tensor: the data lives on the devices, so
+    there is nothing to point at on the host, but ``data_ptr()`` is the same number for
+    every tensor and view over one storage and differs between storages that are alive,
+    and ``nbytes()`` is the storage's size. Libraries that group a state dict's tensors by
+    storage read these two (Hugging Face's ``save_pretrained`` and safetensors find tied
+    weights so); PyTorch's own storage of the tensor (a placeholder without data) raised
+    "invalid python storage" there.
+
+    >>> a = torch.ones(4, device="spmd")  # doctest: +SKIP
+    >>> a.untyped_storage().data_ptr() == a[1:].untyped_storage().data_ptr()  # doctest: +SKIP
+    True
+    """
+
+    def __new__(cls, key: int, nbytes: int):
+        storage = super().__new__(cls, 0, device="meta")
+        storage.key, storage.size_in_bytes = key, nbytes
+        return storage
+
+    def data_ptr(self) -> int:
+        return self.key
+
+    def nbytes(self) -> int:
+        return self.size_in_bytes
+
+    def size(self) -> int:
+        return self.size_in_bytes
 
 
 class SpmdTensor(torch.Tensor):
@@ -90,6 +120,13 @@ class SpmdTensor(torch.Tensor):
                 f"{new.device}: assign x.to('spmd') (the data then lives on the devices)")
         torch.Tensor.data.__set__(self, new)
         self._h = new.detach()._h
+
+    def untyped_storage(self) -> torch.UntypedStorage:
+        """A :class:`StorageKey` for this tensor's storage: no data on the host, but the
+        identity libraries group tensors by (see there)."""
+        storage = self._h.storage
+        meta = storage.meta
+        return StorageKey(id(storage), math.prod(meta.shape) * meta.dtype.itemsize)
 
     # Results are made by __torch_dispatch__ already; skip __torch_function__ entirely.
     __torch_function__ = torch._C._disabled_torch_function_impl
