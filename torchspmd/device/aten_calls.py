@@ -24,7 +24,7 @@ from torchspmd.lazy import provenance
 from torchspmd.lazy.handle import Handle
 from torchspmd.lazy.node import IDENTITY_OPS, TENSOR, Node, ScalarSlot, TensorMeta
 from torchspmd.lazy.record import freeze, leaf_signature, meta_of, record
-from torchspmd.lazy.schema import (EXPONENT, SCALAR, SCALARS, SPECIAL_EXPONENTS, STATIC, TENSORS,
+from torchspmd.lazy.schema import (EXPONENT, INDICES, SCALAR, SCALARS, SPECIAL_EXPONENTS, STATIC, TENSORS,
                                    op_schema)
 from torchspmd.lazy.schema import TENSOR as KIND_TENSOR
 from torchspmd.lazy.views import view_step
@@ -162,7 +162,7 @@ def _slot(arg, kind, inputs, metas, scalars):
     if kind == STATIC or (kind == EXPONENT and type(arg) in (int, float)
                           and arg in SPECIAL_EXPONENTS):
         return freeze(arg)
-    if kind == TENSORS:  # foreach ops: a list per parameter group, tensors inline
+    if kind == TENSORS or kind == INDICES:  # foreach ops' lists; an index op's indices
         template = []
         plain = _RECORDING[0] is None  # then a base's value is its storage's (Handle.value)
         for a in arg:
@@ -170,6 +170,11 @@ def _slot(arg, kind, inputs, metas, scalars):
                 handle = a._h
                 inputs.append(_value(handle, plain))
                 metas.append(handle.meta)
+                template.append(TENSOR)
+            elif kind == INDICES and isinstance(a, torch.Tensor) and a.device.type == "cpu":
+                value = host_value(a)  # as on CUDA: CPU indices go with the op
+                inputs.append(value)
+                metas.append(meta_of(value))
                 template.append(TENSOR)
             else:
                 template.append(_slot(a, KIND_TENSOR, inputs, metas, scalars))
@@ -246,6 +251,7 @@ def identity_view(func, args):
 
 def host_value(t: torch.Tensor) -> tuple[Node, int]:
     """A leaf holding CPU tensor ``t`` (uploaded when first used)."""
+    provenance.read_host(t)
     node = Node.from_host(transfer.to_numpy(t))
     node.sig = leaf_signature(TensorMeta(tuple(t.shape), resize.contiguous_strides(t.shape), t.dtype))
     return (node, 0)

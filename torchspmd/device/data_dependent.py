@@ -76,7 +76,9 @@ def index_with_masks(x: torch.Tensor, indices: list) -> torch.Tensor:
         if index.dim() == 0:  # x[True] adds a dim of size 1 (0 for False)
             x, index = x.unsqueeze(dim), index.reshape(1)
         _check_mask(x, index, dim, len(converted))
-        converted.extend(nonzero(index).unbind(1))
+        # A CPU mask's true elements are known on the host: no device read for them.
+        found = index.nonzero() if index.device.type == "cpu" else nonzero(index)
+        converted.extend(found.unbind(1))
         dim += index.dim()
     return aten.index.Tensor(x, converted)
 

@@ -15,7 +15,9 @@ from torch._ops import OpOverload
 
 aten = torch.ops.aten
 
-STATIC, TENSOR, TENSORS, SCALAR, SCALARS, EXPONENT = range(6)
+STATIC, TENSOR, TENSORS, SCALAR, SCALARS, EXPONENT, INDICES = range(7)
+# INDICES: an indexing op's ``Tensor?[]`` (``x[i]``, ``x[i] = v``), where PyTorch lets a
+# device tensor be indexed by CPU tensors (they go to the device with the op).
 
 # Scalars that decide output shapes must stay static.
 _SHAPE_SCALAR_OPS = {"arange", "linspace", "logspace", "randint", "randint_like", "randperm"}
@@ -31,6 +33,8 @@ _EXPONENT_OPS = {"pow", "pow_"}
 def _kind(arg: torch.Argument, op_name: str) -> int:
     text = str(arg.type)
     if "Tensor" in text:
+        if text.startswith("List[Optional[Tensor]]"):
+            return INDICES
         return TENSORS if text.startswith("List") else TENSOR
     if "number" in text and op_name not in _SHAPE_SCALAR_OPS:
         if op_name in _EXPONENT_OPS and arg.name == "exponent":
