@@ -22,6 +22,7 @@ from torchspmd.device.tensor import SpmdTensor, check_device_index
 from torchspmd.lazy.annotation import annotation, sharded_value, unannotated
 from torchspmd.lazy.handle import Handle
 from torchspmd.lazy.node import Node, TensorMeta
+from torchspmd.lazy import provenance
 from torchspmd.lazy.provenance import refuse_host_read
 from torchspmd.lazy.record import record_unary
 from torchspmd.lowering.annotation_ops import SHARDING_CONSTRAINT
@@ -48,6 +49,7 @@ def _copy_(dst, src, non_blocking=False):
         value = unannotated(src._h.value())  # dst keeps its own annotation, not src's
     else:
         if src.dtype != dst.dtype or src.shape != dst.shape:  # else x.to(device): as it is
+            provenance.read_host(src)  # the converted copy below is not what may change
             src = src.to(dtype=dst.dtype).expand(dst.shape)
         value = host_value(src)  # a contiguous copy
     _assign(dst, value)

@@ -43,6 +43,9 @@ class StorageTouches:
         self.initial: dict = {}
         self.written: dict = {}  # an insertion-ordered set
         self.created: "weakref.WeakSet" = weakref.WeakSet()
+        # (weak reference, version) of each CPU tensor whose data the step took in: a
+        # constant of the program, so changing it in place later must capture again.
+        self.host_reads: list = []
 
     def touched(self, storage) -> None:
         if storage not in self.initial and storage not in self.created:
@@ -69,6 +72,13 @@ def created(storage) -> None:
     rec = ACTIVE[0]
     if rec is not None:
         rec.created.add(storage)
+
+
+def read_host(tensor) -> None:
+    """Hook: a CPU tensor's data is about to become a constant of the graph."""
+    rec = ACTIVE[0]
+    if rec is not None:
+        rec.host_reads.append((weakref.ref(tensor), tensor._version))
 
 
 def is_recording() -> bool:

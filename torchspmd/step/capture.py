@@ -65,6 +65,9 @@ class Captured:
     # (an optimizer group's params list, its parameters then): one added changes the step
     group_params: tuple = ()
     modes: tuple = ()  # (module, training): ``model.eval()`` changes the step
+    # (weak reference, version) per CPU tensor the step took data from (a constant of
+    # the program): one changed in place since makes the step capture again
+    host_reads: tuple = ()
 
 
 @dataclass
@@ -126,6 +129,7 @@ def capture(fn, args: tuple, kwargs: dict,
                                     t is not None and t.requires_grad))
     captured.modes = tuple(after.modes)
     captured.group_params = tuple(after.group_params)
+    captured.host_reads = tuple(rec.host_reads)
     captured.warmup = _first_use(before, after)
     if not captured.warmup:
         filled = _outputs(captured, rec, before, after, flat, arg_storages)

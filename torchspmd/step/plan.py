@@ -129,7 +129,8 @@ class Plan:
         """Whether the state is as this plan expects: every slot it fills empty, every
         slot it reads holding the tensor it read, found through the same containers, each
         tensor as trainable as it was, each module in the same mode, each optimizer group
-        with the same parameters (else the step must be captured again)."""
+        with the same parameters, each CPU tensor it took data from unchanged (else the
+        step must be captured again)."""
         optim.prepare(self.captured.optimizers)  # a float lr set by hand -> device scalar
         reads = self.reads
         for get in reads.empty_getters:
@@ -147,6 +148,10 @@ class Plan:
                 return False
         for params, then in captured.group_params:  # a parameter added to a group
             if len(params) != len(then) or not all(map(operator.is_, params, then)):
+                return False
+        for ref, version in captured.host_reads:  # a CPU tensor the step read, changed
+            t = ref()
+            if t is not None and t._version != version:
                 return False
         return (_hold(reads.held) and
                 (not self.binding or _hold(zip(reads.refilled_getters, self.binding))))
