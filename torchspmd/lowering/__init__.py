@@ -6,7 +6,7 @@ from torchspmd.lowering import (  # noqa: F401  (each module fills the table at 
     nn, normalization, order_statistics, orthogonal_polynomials, pool3d, random, reductions,
     shape, sized, solvers, special, unary, upsample, zeta)
 from torchspmd.lowering import (fractional_pool, grouped_mm, histograms,  # noqa: F401
-                                margin_losses, segments)
+                                margin_losses, rnn_cells, segments)
 from torchspmd.lowering.registry import LOWERINGS, RANDOM_OPS, lowers
 
 __all__ = ["LOWERINGS", "RANDOM_OPS", "lowers"]
