@@ -54,3 +54,19 @@ def test_parameters_keep_their_identity():
     assert [id(p) for p in model.parameters()] == ids
     assert all(id(p) in {id(q) for q in opt.param_groups[0]["params"]} for p in model.parameters())
     assert all(p in opt.state for p in model.parameters())
+
+
+def test_an_optimizer_over_cpu_parameters_the_step_can_reach_is_left_alone():
+    """A CPU reference run beside the compiled one, its optimizer in the same list the step
+    closes over: the step makes only its own optimizer replayable (capturable, a device
+    lr), so the CPU one keeps training on the CPU."""
+    data = batches(3)
+    cpu_model, model = mlp("cpu"), mlp(DEVICE)
+    opts = [torch.optim.AdamW(m.parameters(), lr=0.01) for m in (cpu_model, model)]
+    step = xs.compile(lambda x, y: train_step(model, opts[1])(x, y))
+    for x, y in data:
+        want = train_step(cpu_model, opts[0])(x, y).item()
+        torch.testing.assert_close(step(*on_device(x, y)).item(), want, rtol=1e-5, atol=1e-6)
+    assert not opts[0].param_groups[0]["capturable"]
+    assert isinstance(opts[0].param_groups[0]["lr"], float)
+    assert_params_close(model, cpu_model)

@@ -171,7 +171,10 @@ def _visit(obj, places: Places, seen: set[int], depth: int) -> None:
     if isinstance(obj, torch.nn.Module):
         _visit_module(obj, places, seen, depth)
     elif isinstance(obj, torch.optim.Optimizer):
-        _visit_optimizer(obj, places, seen, depth)
+        # One over CPU parameters (a reference run beside the step, reached through the
+        # same list) is not the step's: made replayable it would break on the CPU.
+        if any(isinstance(p, SpmdTensor) for g in obj.param_groups for p in g["params"]):
+            _visit_optimizer(obj, places, seen, depth)
     elif isinstance(obj, torch.optim.lr_scheduler.LRScheduler):
         _visit(obj.optimizer, places, seen, depth + 1)
     elif isinstance(obj, dict):
