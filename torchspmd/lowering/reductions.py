@@ -223,6 +223,18 @@ lowers(aten.all.default, aten.all.dim, aten.all.dims)(_truth(jnp.all))
 lowers(aten.any.default, aten.any.dim, aten.any.dims)(_truth(jnp.any))
 
 
+# ``torch._is_all_true(t)`` / ``_is_any_true``: a bool tensor's all/any as a 0-d bool, what
+# ``torch.distributions`` checks its arguments with (``validate_args``).
+@lowers(aten._is_all_true.default)
+def is_all_true(meta, x):
+    return jnp.all(x)
+
+
+@lowers(aten._is_any_true.default)
+def is_any_true(meta, x):
+    return jnp.any(x)
+
+
 # ------------------------------------------------------------------------- scans
 
 def _scan(fn, meta, x, dim):
