@@ -84,6 +84,16 @@ def test_torch_save_stores_a_cpu_copy():
     assert torch.equal(loaded, torch.arange(3.0))
 
 
+def test_torch_load_onto_the_device_says_to_load_to_the_cpu_first():
+    buffer = io.BytesIO()
+    torch.save(torch.arange(3.0, device="spmd"), buffer)
+    for where in ("spmd", torch.device("spmd", 0)):
+        buffer.seek(0)
+        with pytest.raises(RuntimeError, match=r"torch.load cannot map storages to the spmd "
+                                               r"device.*map_location='cpu'.*\.to\('spmd'\)"):
+            torch.load(buffer, map_location=where)
+
+
 def test_numpy_raises_like_cuda():
     with pytest.raises(TypeError, match="can't convert spmd:0 device type tensor to numpy"):
         torch.ones(2, device="spmd").numpy()

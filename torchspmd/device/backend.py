@@ -120,6 +120,24 @@ def _device_module() -> types.ModuleType:
     return module
 
 
+def _no_tag(obj) -> None:
+    """Saving never meets spmd storages: spmd tensors pickle as CPU copies."""
+    return None
+
+
+def _refuse_spmd_location(obj, location: str):
+    """``torch.load(..., map_location="spmd")``: a clear error instead of PyTorch's
+    ``AttributeError`` (it would move each storage to the device, and an spmd tensor's data
+    lives in XLA buffers, not in a PyTorch storage)."""
+    if location.split(":")[0] == "spmd":
+        raise RuntimeError(
+            "torchspmd: torch.load cannot map storages to the spmd device; load to the CPU "
+            "(map_location='cpu', where torchspmd saves them) and move the result with "
+            ".to('spmd'), or load it into a model on the device with "
+            "model.load_state_dict(state)")
+    return None
+
+
 _LIBRARY = None  # keeps the kernel registrations alive
 
 
@@ -131,6 +149,7 @@ def register() -> None:
     # What _setup_privateuseone_for_python_backend does, less the rename done at import.
     torch.utils.generate_methods_for_privateuse1_backend()
     torch._register_device_module("spmd", _device_module())
+    torch.serialization.register_package(19, _no_tag, _refuse_spmd_location)
     torch._C._acc.register_python_privateuseone_hook(backend_registration._DummyPrivateUse1Hook())
     torch._C._acc.register_python_privateuseone_device_guard(DeviceGuard())
     install_backward_errors()
