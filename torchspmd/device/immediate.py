@@ -134,7 +134,29 @@ def _layout(value: tuple[Node, int]):
     return sharding
 
 
+def _set_(dst, src):
+    """``dst.set_(src)``: ``dst`` shares ``src``'s storage from now on, as ``dst.data = src``
+    (``SpmdTensor.data``)."""
+    if not isinstance(src, SpmdTensor):
+        raise RuntimeError(f"torchspmd: t.set_(x) needs x on the spmd device too, got a tensor "
+                           f"on {src.device}: pass x.to('spmd')")
+    dst.data = src
+    return dst
+
+
+def _set_storage_(dst, *args, **kwargs):
+    raise NotImplementedError(
+        "torchspmd: Tensor.set_ with a storage, an offset or no source is not supported on "
+        "the spmd device (its data lives in XLA buffers, not in a PyTorch storage); "
+        "t.set_(other_tensor) and t.data = other_tensor are")
+
+
 IMMEDIATE = {
+    aten.set_.source_Tensor: _set_,
+    aten.set_.default: _set_storage_,
+    aten.set_.source_Storage: _set_storage_,
+    aten.set_.source_Storage_storage_offset: _set_storage_,
+    aten.set_.source_Tensor_storage_offset: _set_storage_,
     aten._to_copy.default: _to_copy,
     aten.copy_.default: _copy_,
     aten._copy_from.default: _copy_from,

@@ -121,6 +121,15 @@ class SpmdTensor(torch.Tensor):
         torch.Tensor.data.__set__(self, new)
         self._h = new.detach()._h
 
+    def __copy__(self):
+        """``copy.copy(t)``: a tensor sharing ``t``'s storage, as for PyTorch's tensors
+        (through pickling, it came back as a CPU copy)."""
+        result = self.detach().requires_grad_(self.requires_grad)
+        for name, value in self.__dict__.items():  # a Parameter's flag, user attributes
+            if name != "_h":
+                setattr(result, name, value)
+        return result
+
     def untyped_storage(self) -> torch.UntypedStorage:
         """A :class:`StorageKey` for this tensor's storage: no data on the host, but the
         identity libraries group tensors by (see there)."""

@@ -1,7 +1,9 @@
-"""``t.data = x`` on spmd tensors, as on CPU: ``t`` shares ``x``'s storage from then on and
-keeps its identity, ``requires_grad`` and gradient path. ``Module.to(dtype)``, ``.half()``,
-``.double()`` and ``.bfloat16()`` assign every parameter's ``.data`` this way: before, an
-spmd tensor kept its old value under the new dtype or shape without a word."""
+"""Tensors that share another's storage, as on CPU: ``t.data = x`` and ``t.set_(x)`` (``t``
+keeps its identity, ``requires_grad`` and gradient path and shares ``x``'s storage from
+then on), and ``copy.copy(t)``. ``Module.to(dtype)``, ``.half()``, ``.double()`` and
+``.bfloat16()`` assign every parameter's ``.data``: before, an spmd tensor kept its old
+value under the new dtype or shape without a word; ``set_`` failed at the next read and
+``copy.copy`` returned a CPU copy."""
 
 from __future__ import annotations
 
@@ -111,3 +113,22 @@ def test_training_after_assigning_data_matches_cpu():
         losses, weight = run(DEV, compiled)
         np.testing.assert_allclose(losses, want_losses, rtol=1e-5)
         torch.testing.assert_close(weight, want_weight, rtol=1e-5, atol=1e-6)
+
+
+def test_set_shares_the_source_storage_and_storage_sources_are_refused():
+    a = torch.zeros(2, 2).to(DEV)
+    b = torch.arange(6.0).to(DEV)
+    assert a.set_(b) is a and tuple(a.shape) == (6,)
+    b.add_(1)
+    assert a.cpu().tolist() == [1.0, 2.0, 3.0, 4.0, 5.0, 6.0]
+    with pytest.raises(NotImplementedError, match=r"Tensor.set_ with a storage.*t.set_\(other_tensor\)"):
+        a.set_()
+
+
+def test_a_shallow_copy_stays_on_the_device_and_shares_storage():
+    t = torch.arange(3.0).to(DEV)
+    p = nn.Parameter(torch.ones(2).to(DEV))
+    u, q = copy.copy(t), copy.copy(p)
+    t.add_(1)
+    assert u.device == DEV and u.cpu().tolist() == [1.0, 2.0, 3.0]
+    assert isinstance(q, nn.Parameter) and q.requires_grad and q.device == DEV
