@@ -257,6 +257,8 @@ def _inplace_view(func, args, kwargs):
     """``x.t_()``, ``x.unsqueeze_(0)``: ``x`` itself becomes a view of its old self."""
     target = args[0]
     functional = functional_variant(func)
+    if functional is None or not op_facts(functional).lowered:
+        raise unsupported(func)  # now, not as a lowering missing at the next read
     node = record_call(functional, args, kwargs)
     meta = node.sig.outputs[0]
     target._h = target._h.viewed(view_step(functional, tuple(args[1:])), (node, 0), meta)
