@@ -20,7 +20,7 @@ from torchspmd.device.guard import DeviceGuard
 from torchspmd.device.guard import install as install_backward_errors
 from torchspmd.lowering import LOWERINGS
 from torchspmd.device.tensor import SpmdTensor, check_device_index
-from torchspmd.device import (attention, autocast, checkpoint_fence, immediate,
+from torchspmd.device import (attention, autocast, checkpoint_fence, grad_scaler, immediate,
                               tied_parameters)
 from torchspmd.jax_setup import devices
 from torchspmd.lazy.node import TensorMeta
@@ -156,6 +156,7 @@ def register() -> None:
     tied_parameters.install()
     checkpoint_fence.install()
     autocast.install()
+    grad_scaler.install()
     attention.install()
     immediate.install()
     _LIBRARY = torch.library.Library("aten", "IMPL")

@@ -1,0 +1,50 @@
+"""``torch.amp.GradScaler("spmd")`` trains as ``GradScaler("cpu")`` does: gradients
+unscaled, a step with an inf or NaN gradient skipped and the scale backed off, the scale
+grown after ``growth_interval`` good steps. Its two kernels had no implementation on
+this device."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import nn
+
+import torchspmd
+
+DEV = torchspmd.device()
+
+
+def _train(dev, blowups=(2,)):
+    torch.manual_seed(0)
+    model = nn.Linear(4, 3).to(dev)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    scaler = torch.amp.GradScaler("cpu" if dev == "cpu" else "spmd", init_scale=2.0 ** 8,
+                                  growth_interval=2)
+    scales = []
+    g = torch.Generator().manual_seed(1)
+    for i in range(6):
+        x = torch.randn(5, 4, generator=g).to(dev)
+        opt.zero_grad()
+        loss = model(x).square().mean() * (float("inf") if i in blowups else 1.0)
+        scaler.scale(loss).backward()
+        scaler.step(opt)
+        scaler.update()
+        scales.append(scaler.get_scale())
+    return [p.detach().cpu() for p in model.parameters()], scales
+
+
+@pytest.mark.parametrize("blowups", [(), (2,), (0, 1, 4)])
+def test_scaled_training_matches_cpu(blowups):
+    want_params, want_scales = _train("cpu", blowups)
+    params, scales = _train(DEV, blowups)
+    assert scales == want_scales
+    for p, q in zip(params, want_params):
+        torch.testing.assert_close(p, q, rtol=1e-6, atol=1e-7)
+
+
+def test_unscale_marks_a_non_finite_gradient_and_scales_every_one():
+    grads = [torch.ones(2).to(DEV), torch.tensor([4.0, float("nan")]).to(DEV)]
+    found = torch.zeros(1).to(DEV)
+    torch._amp_foreach_non_finite_check_and_unscale_(grads, found, torch.full((1,), 0.5).to(DEV))
+    assert grads[0].cpu().tolist() == [0.5, 0.5] and grads[1].cpu()[0].item() == 2.0
+    assert found.cpu().tolist() == [1.0]
