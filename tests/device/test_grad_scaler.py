@@ -48,3 +48,32 @@ def test_unscale_marks_a_non_finite_gradient_and_scales_every_one():
     torch._amp_foreach_non_finite_check_and_unscale_(grads, found, torch.full((1,), 0.5).to(DEV))
     assert grads[0].cpu().tolist() == [0.5, 0.5] and grads[1].cpu()[0].item() == 2.0
     assert found.cpu().tolist() == [1.0]
+
+
+def test_a_compiled_forward_and_backward_with_the_scaler_stepping_outside_matches_cpu():
+    """``scaler.step`` reads ``found_inf`` on the host: it goes after the compiled call."""
+    def run(dev, compiled):
+        torch.manual_seed(0)
+        model = nn.Linear(4, 3).to(dev)
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        scaler = torch.amp.GradScaler("cpu" if dev == "cpu" else "spmd", init_scale=256.0,
+                                      growth_interval=2)
+
+        def forward_backward(x):
+            opt.zero_grad()
+            loss = model(x).square().mean()
+            scaler.scale(loss).backward()
+            return loss
+
+        step = torchspmd.compile(forward_backward) if compiled else forward_backward
+        g = torch.Generator().manual_seed(1)
+        for i in range(5):
+            step((torch.randn(5, 4, generator=g) * (float("inf") if i == 2 else 1.0)).to(dev))
+            scaler.step(opt)
+            scaler.update()
+        return [p.detach().cpu() for p in model.parameters()], scaler.get_scale()
+
+    (want, want_scale), (got, scale) = run("cpu", False), run(DEV, True)
+    assert scale == want_scale
+    for p, q in zip(got, want):
+        torch.testing.assert_close(p, q, rtol=1e-6, atol=1e-7)
