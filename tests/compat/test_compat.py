@@ -140,3 +140,29 @@ def test_uninstall_gives_torch_back():
     finally:
         torchspmd.compat.install()
     assert importlib.import_module("torch_xla.core.xla_model").xla_device() == torchspmd.device()
+
+
+def test_xm_save_writes_cpu_tensors_of_sharded_values(tmp_path):
+    """``xm.save`` gathers sharded values and writes CPU tensors, as PyTorch/XLA's."""
+    mesh = xs.Mesh(np.arange(8), (4, 2), ("data", "model"))
+    weight = torch.arange(32.0).reshape(8, 4).to(xm.xla_device())
+    xs.mark_sharding(weight, mesh, ("data", "model"))
+    xm.save({"w": weight, "step": 3}, tmp_path / "state.pt")
+    state = torch.load(tmp_path / "state.pt")
+    assert state["step"] == 3 and state["w"].device.type == "cpu"
+    torch.testing.assert_close(state["w"], torch.arange(32.0).reshape(8, 4), rtol=0, atol=0)
+
+
+def test_sharding_spec_binding_reads_the_annotation():
+    """``torch_xla._XLAC._get_xla_sharding_spec``, which scripts check shardings with."""
+    mesh = xs.Mesh(np.arange(8), (4, 2), ("data", "model"))
+    t = torch.ones(8, 4, device="xla")
+    assert torch_xla._XLAC._get_xla_sharding_spec(t) == ""
+    xs.mark_sharding(t, mesh, ("data", None))
+    assert torch_xla._XLAC._get_xla_sharding_spec(t) == torchspmd.get_sharding(t) != ""
+
+
+def test_reduction_names_exist_and_the_collective_is_refused():
+    with pytest.raises((NotImplementedError, RuntimeError), match="xm.all_reduce"):
+        xm.all_reduce(xm.REDUCE_SUM, [torch.ones(2, device="xla")])
+    assert (xm.REDUCE_SUM, xm.REDUCE_MAX) == ("sum", "max")

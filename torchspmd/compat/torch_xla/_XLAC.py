@@ -1,4 +1,6 @@
-"""``torch_xla._XLAC``: PyTorch/XLA's C++ bindings. Only the metrics report has a meaning here."""
+"""``torch_xla._XLAC``: PyTorch/XLA's C++ bindings. The few that users' scripts call to look at
+a tensor (its sharding, its pending HLO, debug info, the metrics report) map onto the
+public API; the others raise, naming what to use instead."""
 
 from __future__ import annotations
 
@@ -31,3 +33,10 @@ def _get_xla_tensor_debug_info(tensor) -> str:
     from torchspmd.debug import tensor_debug_info
 
     return tensor_debug_info(tensor)
+
+
+def _get_xla_sharding_spec(tensor) -> str:
+    """The tensor's sharding as HLO text, ``""`` if it has none (``xs.get_sharding``)."""
+    from torchspmd.sharding import get_sharding
+
+    return get_sharding(tensor)

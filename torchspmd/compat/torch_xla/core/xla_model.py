@@ -24,6 +24,10 @@ from torchspmd.compat.errors import refusing, unsupported
 _COLLECTIVE = ("under SPMD, shard tensors with torch_xla.distributed.spmd.mark_sharding and "
                "XLA inserts the collectives")
 
+# Reduction names scripts pass to the (refused) collectives, PyTorch/XLA's values.
+REDUCE_SUM, REDUCE_MUL, REDUCE_AND, REDUCE_OR, REDUCE_MIN, REDUCE_MAX = (
+    "sum", "mul", "and", "or", "min", "max")
+
 
 def xla_device(n: int | None = None, devkind: str | None = None) -> torch.device:
     """The spmd device (``xla:0``)."""
@@ -143,5 +147,19 @@ reduce_gradients = refusing("xm.reduce_gradients", "under SPMD gradients are alr
 rendezvous = refusing("xm.rendezvous", "every process runs the same program; reading a sharded "
                       "value (.cpu(), .item()) already waits for all of them")
 mesh_reduce = refusing("xm.mesh_reduce", "compute the value on sharded tensors and read it")
-save = refusing("xm.save", "torch.save saves a CPU copy; for sharded state use "
-                "torchspmd.checkpoint (torch.distributed.checkpoint planners)")
+
+
+def save(data: Any, file_or_path: Any, master_only: bool = True,
+         global_master: bool = False) -> None:
+    """``torch.save`` of ``data`` with every tensor moved to the CPU, as PyTorch/XLA's.
+
+    Every process gathers the values (reading a sharded tensor is a collective all must
+    join); with ``master_only`` only the master process writes (the first on each host,
+    or the first of all with ``global_master``). For sharded state that should stay
+    sharded, use ``torchspmd.checkpoint``.
+    """
+    from torch.utils._pytree import tree_map
+
+    cpu = tree_map(lambda t: t.cpu() if isinstance(t, torch.Tensor) else t, data)
+    if not master_only or is_master_ordinal(local=not global_master):
+        torch.save(cpu, file_or_path)
