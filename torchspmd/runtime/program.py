@@ -241,14 +241,12 @@ def resharded_inputs(steps: list) -> frozenset[int]:
     falls back to the wrong row of the whole input on the devices that do not own the
     index (``tests/lowering/test_xla_scatter_into_resharded_input.py`` keeps the
     plain-JAX repro; JAX 0.10.2, both partitioners). An optimization barrier after the
-    constraint keeps XLA from folding the reshard into the scatter; the collectives and
-    fusions of a step are the same with it."""
+    constraint keeps XLA from folding the reshard into the scatter (an FSDP-style weight
+    all-gathered by such a constraint kept the same collectives and fusions with it)."""
     from_input: set[int] = set()  # steps whose value is an input's, laid out otherwise
     found = set()
     for i, (sig, operands) in enumerate(steps):
-        first = operands[0] if operands else 0
-        reads_input = first < 0 or first // OUTPUTS in from_input
-        if not reads_input:
+        if not operands or not (operands[0] < 0 or operands[0] // OUTPUTS in from_input):
             continue
         if sig.op is SHARDING_CONSTRAINT:
             found.add(i)
