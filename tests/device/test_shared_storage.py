@@ -132,3 +132,18 @@ def test_a_shallow_copy_stays_on_the_device_and_shares_storage():
     t.add_(1)
     assert u.device == DEV and u.cpu().tolist() == [1.0, 2.0, 3.0]
     assert isinstance(q, nn.Parameter) and q.requires_grad and q.device == DEV
+
+
+def test_assigning_data_inside_a_compiled_step_says_to_write_in_place():
+    """A replay writes each new value into a storage the step read; a tensor moved to
+    another storage mid-step would have none, so the step is refused, naming the fix."""
+    p = nn.Parameter(torch.ones(2).to(DEV))
+
+    @torchspmd.compile
+    def step(x):
+        with torch.no_grad():
+            p.data = p.data * x
+        return p.sum()
+
+    with pytest.raises(RuntimeError, match=r"inside a compiled step.*t.copy_\(x\)"):
+        step(torch.full((2,), 3.0).to(DEV))

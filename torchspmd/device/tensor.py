@@ -12,6 +12,7 @@ import math
 import torch
 
 from torchspmd.device.host import to_cpu
+from torchspmd.lazy import provenance
 from torchspmd.lazy.handle import Handle
 
 DEVICE = torch.device("spmd", 0)
@@ -118,6 +119,13 @@ class SpmdTensor(torch.Tensor):
             raise RuntimeError(
                 f"torchspmd: t.data = x needs x on the spmd device too, got a tensor on "
                 f"{new.device}: assign x.to('spmd') (the data then lives on the devices)")
+        if provenance.is_recording():
+            # A replay writes new values into the storages a step read; one whose tensor
+            # moved to another storage mid-step has nowhere to go.
+            raise RuntimeError(
+                "torchspmd.compile: t.data = x (or t.set_(x)) inside a compiled step is not "
+                "supported: write the new value in place instead (with torch.no_grad(): "
+                "t.copy_(x)), or assign .data outside the step")
         torch.Tensor.data.__set__(self, new)
         self._h = new.detach()._h
 
