@@ -139,3 +139,13 @@ def test_shape_mismatch_and_missing_keys_are_clear_errors(tmp_path):
     untouched = on_device(torch.full((2,), 7.0))
     load({"v": untouched}, tmp_path, allow_partial_load=True)
     assert torch.equal(untouched.cpu(), torch.full((2,), 7.0))
+
+
+def test_the_default_planners_save_and_load_whole_values_in_one_process(tmp_path):
+    """Without the SPMD planners, torch.distributed.checkpoint's defaults treat an spmd
+    tensor as one whole value (it asked ``is_pinned()``, which had no implementation)."""
+    dcp.save({"w": on_device(VALUE, MESH, ("data", "model"))}, checkpoint_id=str(tmp_path))
+    target = {"w": on_device(torch.zeros(16, 8), MESH, ("data", "model"))}
+    dcp.load(target, checkpoint_id=str(tmp_path))
+    assert torch.equal(target["w"].cpu(), VALUE)
+    assert get_sharding(target["w"]) == get_sharding(on_device(VALUE, MESH, ("data", "model")))

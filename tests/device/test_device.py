@@ -112,3 +112,9 @@ def test_model_to_device():
     assert model.weight.device.type == "spmd"
     assert isinstance(model.weight, torch.nn.Parameter)
     torch.testing.assert_close(model(torch.ones(1, 4, device="spmd")).cpu(), expected)
+
+
+def test_device_memory_is_not_pinned_host_memory():
+    """``is_pinned()`` is False, as for CUDA tensors (torch.distributed.checkpoint's default
+    planner asks it of every tensor it saves)."""
+    assert torch.ones(2, device="spmd").is_pinned() is False

@@ -151,7 +151,13 @@ def _set_storage_(dst, *args, **kwargs):
         "t.set_(other_tensor) and t.data = other_tensor are")
 
 
+def _is_pinned(t, device=None) -> bool:
+    """``t.is_pinned()``: device memory is never pinned host memory (as on CUDA)."""
+    return False
+
+
 IMMEDIATE = {
+    aten.is_pinned.default: _is_pinned,
     aten.set_.source_Tensor: _set_,
     aten.set_.default: _set_storage_,
     aten.set_.source_Storage: _set_storage_,
