@@ -22,7 +22,8 @@ def test_normal_and_categorical_match_cpu():
 def test_an_invalid_argument_is_refused_as_on_cpu():
     scale = torch.tensor([1.0, -1.0], device=DEV)
     try:
-        torch.distributions.Normal(torch.zeros(2, device=DEV), scale)
+        # Explicitly: torch._dynamo, once set up in a process, turns the default off.
+        torch.distributions.Normal(torch.zeros(2, device=DEV), scale, validate_args=True)
     except ValueError as error:
         assert "scale" in str(error)
     else:
