@@ -172,10 +172,8 @@ def _slot(arg, kind, inputs, metas, scalars):
                 metas.append(handle.meta)
                 template.append(TENSOR)
             elif kind == INDICES and isinstance(a, torch.Tensor) and a.device.type == "cpu":
-                value = host_value(a)  # as on CUDA: CPU indices go with the op
-                inputs.append(value)
-                metas.append(meta_of(value))
-                template.append(TENSOR)
+                # As on CUDA: CPU indices go to the device with the op.
+                template.append(_host_input(a, inputs, metas))
             else:
                 template.append(_slot(a, KIND_TENSOR, inputs, metas, scalars))
         return tuple(template)
@@ -189,11 +187,16 @@ def _slot(arg, kind, inputs, metas, scalars):
         if arg.dim() != 0:
             raise RuntimeError("Expected all tensors to be on the same device, but found at "
                                f"least two devices, spmd:0 and {arg.device}!")
-        value = host_value(arg)
-        inputs.append(value)
-        metas.append(meta_of(value))
-        return TENSOR
+        return _host_input(arg, inputs, metas)
     return arg
+
+
+def _host_input(t: torch.Tensor, inputs: list, metas: list):
+    """CPU tensor ``t`` as an input of the op being recorded (``host_value``)."""
+    value = host_value(t)
+    inputs.append(value)
+    metas.append(meta_of(value))
+    return TENSOR
 
 
 def wrap_outputs(func, node: Node):
