@@ -136,10 +136,7 @@ def _layout(value: tuple[Node, int]):
 
 def _set_(dst, src):
     """``dst.set_(src)``: ``dst`` shares ``src``'s storage from now on, as ``dst.data = src``
-    (``SpmdTensor.data``)."""
-    if not isinstance(src, SpmdTensor):
-        raise RuntimeError(f"torchspmd: t.set_(x) needs x on the spmd device too, got a tensor "
-                           f"on {src.device}: pass x.to('spmd')")
+    (``SpmdTensor.data``, which checks ``src``)."""
     dst.data = src
     return dst
 

@@ -117,8 +117,9 @@ class SpmdTensor(torch.Tensor):
         dtype); the value lives in this Python object's handle, so it is set here too."""
         if not isinstance(new, SpmdTensor):
             raise RuntimeError(
-                f"torchspmd: t.data = x needs x on the spmd device too, got a tensor on "
-                f"{new.device}: assign x.to('spmd') (the data then lives on the devices)")
+                f"torchspmd: t.data = x needs x on the spmd device too (so does t.set_(x)), "
+                f"got a tensor on {new.device}: use x.to('spmd') (the data then lives on the "
+                "devices)")
         if provenance.is_recording():
             # A replay writes new values into the storages a step read; one whose tensor
             # moved to another storage mid-step has nowhere to go.
@@ -132,11 +133,8 @@ class SpmdTensor(torch.Tensor):
     def __copy__(self):
         """``copy.copy(t)``: a tensor sharing ``t``'s storage, as for PyTorch's tensors
         (through pickling, it came back as a CPU copy)."""
-        result = self.detach().requires_grad_(self.requires_grad)
-        for name, value in self.__dict__.items():  # a Parameter's flag, user attributes
-            if name != "_h":
-                setattr(result, name, value)
-        return result
+        return self._with_attributes(self.detach().requires_grad_(self.requires_grad),
+                                     lambda value: value)
 
     def untyped_storage(self) -> torch.UntypedStorage:
         """A :class:`StorageKey` for this tensor's storage: no data on the host, but the
@@ -190,9 +188,13 @@ class SpmdTensor(torch.Tensor):
         if self.grad is not None and not getattr(self, "_is_param", False):
             # torch.Tensor's deepcopy keeps the gradient; nn.Parameter's drops it.
             result.grad = copy.deepcopy(self.grad, memo)
-        # Other Python state travels too, as with torch.Tensor's deepcopy: a Parameter's
-        # flag (``nn.Parameter`` of a subclass is the subclass with ``_is_param``) first.
+        return self._with_attributes(result, lambda value: copy.deepcopy(value, memo))
+
+    def _with_attributes(self, result: SpmdTensor, copied) -> SpmdTensor:
+        """``result`` given this tensor's other Python state, each value ``copied(value)``,
+        as torch.Tensor's copies do: a Parameter's flag (``nn.Parameter`` of a subclass is
+        the subclass with ``_is_param``), user attributes."""
         for name, value in self.__dict__.items():
             if name != "_h":
-                setattr(result, name, copy.deepcopy(value, memo))
+                setattr(result, name, copied(value))
         return result
