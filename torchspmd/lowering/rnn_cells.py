@@ -27,12 +27,10 @@ from torchspmd.lowering.registry import infers, lowers
 aten = ops.aten
 
 
-def _gates(meta, input_gates, hidden_gates, input_bias, hidden_bias):
-    gates = _f(input_gates, meta) + _f(hidden_gates, meta)
-    for bias in (input_bias, hidden_bias):
-        if bias is not None:
-            gates = gates + _f(bias, meta)
-    return gates
+def _biased(meta, gates, bias):
+    """A matmul's gates plus its bias (if any), in ``meta``'s compute type."""
+    gates = _f(gates, meta)
+    return gates if bias is None else gates + _f(bias, meta)
 
 
 def _bias_grad(grad_gates, has_bias: bool):
@@ -41,7 +39,8 @@ def _bias_grad(grad_gates, has_bias: bool):
 
 @lowers(aten._thnn_fused_lstm_cell.default)
 def fused_lstm_cell(meta, input_gates, hidden_gates, cx, input_bias=None, hidden_bias=None):
-    i, f, g, o = jnp.split(_gates(meta[0], input_gates, hidden_gates, input_bias, hidden_bias), 4, 1)
+    gates = _biased(meta[0], input_gates, input_bias) + _biased(meta[0], hidden_gates, hidden_bias)
+    i, f, g, o = jnp.split(gates, 4, 1)
     i, f, g, o = jax.nn.sigmoid(i), jax.nn.sigmoid(f), jnp.tanh(g), jax.nn.sigmoid(o)
     cy = f * _f(cx, meta[0]) + i * g
     return _outs(meta, (o * jnp.tanh(cy), cy, jnp.concatenate([i, f, g, o], 1)))
@@ -64,10 +63,8 @@ def fused_lstm_cell_backward(meta, grad_hy, grad_cy, cx, cy, workspace, has_bias
 @lowers(aten._thnn_fused_gru_cell.default)
 def fused_gru_cell(meta, input_gates, hidden_gates, hx, input_bias=None, hidden_bias=None):
     like = meta[0]
-    ig = _gates(like, input_gates, jnp.zeros_like(hidden_gates), input_bias, None)
-    hg = _gates(like, hidden_gates, jnp.zeros_like(hidden_gates), hidden_bias, None)
-    i_r, i_z, i_n = jnp.split(ig, 3, 1)
-    h_r, h_z, h_n = jnp.split(hg, 3, 1)
+    i_r, i_z, i_n = jnp.split(_biased(like, input_gates, input_bias), 3, 1)
+    h_r, h_z, h_n = jnp.split(_biased(like, hidden_gates, hidden_bias), 3, 1)
     r, z = jax.nn.sigmoid(i_r + h_r), jax.nn.sigmoid(i_z + h_z)
     n = jnp.tanh(i_n + r * h_n)
     hx = _f(hx, like)
