@@ -5,6 +5,7 @@ where a replay used to compute with the old one without a word."""
 
 from __future__ import annotations
 
+import pytest
 import torch
 
 import torchspmd
@@ -55,3 +56,61 @@ def test_a_cpu_tensor_made_inside_the_step_keeps_replaying():
     for _ in range(3):
         torch.testing.assert_close(step(x).cpu(), X * 1.5)
     assert _recaptures() == before
+
+
+# A CPU tensor the step *changes* (a counter, Adagrad's step count) would change on the
+# capturing call only: a replay runs the device program and no CPU op. Refused at capture,
+# naming the tensor, where it used to fall behind by one per call without a word.
+
+class _CountsCalls(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = torch.nn.Linear(4, 2)
+        self.calls = torch.zeros(())  # a plain attribute: .to(device) leaves it on the CPU
+
+    def forward(self, x):
+        self.calls += 1
+        return self.lin(x)
+
+
+def test_a_cpu_counter_the_step_changes_in_place_is_refused_by_name():
+    model = _CountsCalls().to(DEV)
+    step = torchspmd.compile(lambda x: model(x).sum())
+    with pytest.raises(torchspmd.step.HostStateError, match=r"_CountsCalls\.calls, a CPU tensor"):
+        step(X.to(DEV))
+    assert model.calls.item() == 1  # the call ran once, as on the lazy path
+
+
+def test_a_cpu_tensor_rebound_in_its_slot_is_refused():
+    model = _CountsCalls().to(DEV)
+
+    def forward(x):
+        model.calls = model.calls + 1
+        return model.lin(x).sum()
+
+    with pytest.raises(torchspmd.step.HostStateError, match=r"_CountsCalls\.calls"):
+        torchspmd.compile(forward)(X.to(DEV))
+
+
+def test_adagrads_cpu_step_counter_is_refused_naming_the_optimizer():
+    model = torch.nn.Linear(4, 2).to(DEV)
+    opt = torch.optim.Adagrad(model.parameters(), lr=0.1)  # its step count stays on the CPU
+
+    @torchspmd.compile
+    def step(x):
+        opt.zero_grad()
+        model(x).sum().backward()
+        opt.step()
+
+    with pytest.raises(torchspmd.step.HostStateError,
+                       match=r"(?s)Adagrad\.state\[<tensor of shape \(2, 4\)>\]\['step'\].*"
+                             r"Adagrad keeps it on the CPU"):
+        step(X.to(DEV))
+
+
+def test_a_cpu_tensor_the_step_only_reads_is_not_refused():
+    model = _CountsCalls().to(DEV)
+    step = torchspmd.compile(lambda x: model.lin(x).sum() + model.calls.to(DEV))
+    for _ in range(2):
+        torch.testing.assert_close(step(X.to(DEV)).cpu(),
+                                   (X @ model.lin.weight.cpu().T + model.lin.bias.cpu()).sum())

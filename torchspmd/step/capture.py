@@ -44,6 +44,11 @@ class RebindingError(RuntimeError):
     """A compiled step rebound a tensor that lives in a slot replays cannot write."""
 
 
+class HostStateError(RuntimeError):
+    """A compiled step changed a CPU tensor that outlives it: a replay runs only the
+    device program, so the change would happen once."""
+
+
 @dataclass
 class Captured:
     """What one recorded call read and wrote (see the module docstring): the graph, a
@@ -112,6 +117,7 @@ def capture(fn, args: tuple, kwargs: dict,
     result = (result, None if flag is None else flag.tensor)
     after = find_places(fn, args, kwargs)
     _check_rebinding(before)
+    _check_host_state(before)
     arg_storages = {t.handle.storage: k for k, t in enumerate(tensors)}
     held_by = _held_by(before)
     held_by.update(_unwalked(fn, args, kwargs, after, rec, held_by, arg_storages))
@@ -182,6 +188,19 @@ def _check_rebinding(before: Places) -> None:
                 "would silently keep its old value). Update it in place (t.copy_(new), "
                 "t.add_(x)), keep it as a module attribute or buffer, or return it from the "
                 "step and assign it outside.")
+
+
+def _check_host_state(before: Places) -> None:
+    """No CPU tensor in a walked slot was changed by the step (in place, or its slot
+    rebound to another CPU tensor): a replay would not change it again."""
+    for place, host in before.host.items():
+        if host.changed(place):
+            raise HostStateError(
+                f"torchspmd.compile: the step changed {host.name}, a CPU tensor that outlives "
+                "it. A replay runs only the device program, so the change would happen on "
+                "the first call only. Keep the tensor on the device (t.to('spmd')) so the "
+                "program updates it, change it outside the step, or run the step without "
+                f"torchspmd.compile{host.hint}.")
 
 
 def _unwalked(fn, args: tuple, kwargs: dict, after: Places, rec, held_by: dict,

@@ -91,9 +91,41 @@ class Places:
         # Each optimizer group's ``params`` list and its parameters (one appended changes
         # the step).
         self.group_params: list[tuple[list, tuple]] = []
+        # CPU tensors in the walked slots (Adagrad's step counter, a module's CPU
+        # attribute): a step that changes one does something a replay cannot redo.
+        self.host: dict[Place, HostTensor] = {}
+
+    def note_host(self, place: Place, value, name: str, hint: str = "") -> None:
+        """Note ``value`` if it is a CPU tensor, with its version now."""
+        if type(value) in (torch.Tensor, torch.nn.Parameter) and value.device.type == "cpu":
+            try:
+                version = value._version
+            except RuntimeError:  # an inference-mode tensor: it cannot change in place
+                return
+            self.host.setdefault(place, HostTensor(value, version, name, hint))
 
     def tensors(self) -> dict[Place, torch.Tensor]:
         return {p: t for p, t in self.held.items() if t is not None}
+
+
+@dataclass(frozen=True)
+class HostTensor:
+    """A CPU tensor in a walked slot, its version counter when walked, and its name for
+    messages (``"Adagrad.state[<tensor of shape (4,)>]['step']"``), with what to do
+    about its kind of slot (``hint``, read after the general advice)."""
+
+    tensor: torch.Tensor
+    version: int
+    name: str
+    hint: str = ""
+
+    def changed(self, place: Place) -> bool:
+        """Whether it was changed in place, or its slot now holds another CPU tensor."""
+        now = place.get()
+        if now is not self.tensor:
+            return (type(now) in (torch.Tensor, torch.nn.Parameter)
+                    and now.device.type == "cpu")
+        return self.tensor._version != self.version
 
 
 def find_places(fn: Callable, args: tuple, kwargs: dict) -> Places:
@@ -105,6 +137,8 @@ def find_places(fn: Callable, args: tuple, kwargs: dict) -> Places:
     for root in _roots(fn):
         if isinstance(root.value, SpmdTensor) and root.place is not None:
             places.rebindable[root.place] = root.value
+        elif root.place is not None and isinstance(root.value, torch.Tensor):
+            places.note_host(root.place, root.value, root.name)
         elif root.place is not None and not isinstance(root.value, _SKIPPED_TYPES):
             # A global or closure variable naming a model or an optimizer: rebound to a
             # new one (``opt = AdamW(...)`` between calls), the step must see the new one.
@@ -192,6 +226,9 @@ def _visit_items(container, items, places, seen, depth, settable: bool) -> None:
     for key, value in list(items):
         if isinstance(value, SpmdTensor) and settable:
             places.held[_place(container, key, True)] = value
+        elif isinstance(value, torch.Tensor):
+            place = _place(container, key, True)
+            places.note_host(place, value, str(place))
         _visit(value, places, seen, depth + 1)
 
 
@@ -199,6 +236,8 @@ def _visit_attributes(obj, places, seen, depth) -> None:
     for key, value in list(vars(obj).items()):
         if isinstance(value, SpmdTensor):
             places.held[_place(obj, key, False)] = value
+        elif isinstance(value, torch.Tensor):
+            places.note_host(_place(obj, key, False), value, f"{type(obj).__name__}.{key}")
         _visit(value, places, seen, depth + 1)
 
 
@@ -214,9 +253,14 @@ def _visit_module(module: torch.nn.Module, places, seen, depth) -> None:
                 if isinstance(value, SpmdTensor):
                     places.held[_place(table, key, True)] = value
                     _visit(value, places, seen, depth + 1)
+                elif value is not None:
+                    places.note_host(_place(table, key, True), value,
+                                     f"{type(sub).__name__}.{key}")
         for key, value in vars(sub).items():
             if isinstance(value, SpmdTensor):
                 places.held[_place(sub, key, False)] = value
+            elif isinstance(value, torch.Tensor):
+                places.note_host(_place(sub, key, False), value, f"{type(sub).__name__}.{key}")
             elif not key.startswith("_") and not isinstance(value, torch.nn.Module):
                 _visit(value, places, seen, depth + 1)
 
@@ -236,11 +280,19 @@ def _visit_optimizer(opt: torch.optim.Optimizer, places, seen, depth) -> None:
                 places.held[_place(group, key, True)] = value
         for p in group["params"]:
             _visit(p, places, seen, depth + 1)
-    for state in opt.state.values():
+    for p, state in opt.state.items():
         if isinstance(state, dict):
             for key, value in state.items():
                 if isinstance(value, SpmdTensor):
                     places.held[_place(state, key, True)] = value
+                elif isinstance(value, torch.Tensor):
+                    name = type(opt).__name__
+                    places.note_host(_place(state, key, True), value,
+                                     f"{name}.state[{_key_name(p)}][{key!r}]",
+                                     f" ({name} keeps it on the CPU; the optimizers that "
+                                     "offer capturable=True, such as Adam, AdamW, SGD and "
+                                     "RMSprop, keep their state on the device in a compiled "
+                                     "step)")
 
 
 def unwalked_slots(fn: Callable, args: tuple, kwargs: dict, walked: Places,
