@@ -79,3 +79,10 @@ def test_embedding_with_max_norm_renormalizes_the_rows_it_reads_like_cpu():
     out = F.embedding(rows.to("spmd"), w, max_norm=1.5, norm_type=3.0)
     torch.testing.assert_close(out.cpu(), out_cpu)
     torch.testing.assert_close(w.cpu(), w_cpu)  # the weight itself is renormalized in place
+
+
+def test_embedding_with_sparse_gradients_is_refused_naming_the_dense_alternative():
+    table = torch.nn.Embedding(10, 4, sparse=True).to("spmd")
+    with pytest.raises(NotImplementedError, match=r"dense tensors only.*sparse=False"):
+        table(indices[:4].to("spmd")).sum().backward()
+        table.weight.grad.cpu()

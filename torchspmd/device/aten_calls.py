@@ -276,8 +276,14 @@ def decompose(func, args, kwargs):
 
 
 def unsupported(func) -> NotImplementedError:
+    name = func._schema.name.split('::')[-1]
+    if "sparse" in name:  # reached by nn.Embedding(sparse=True), torch.sparse
+        return NotImplementedError(
+            f"torchspmd: aten::{name} makes a sparse tensor; the spmd device holds dense "
+            "tensors only. Use dense ones (nn.Embedding(..., sparse=False), "
+            "t.to_dense() on the CPU first).")
     return NotImplementedError(
-        f"torchspmd: aten::{func._schema.name.split('::')[-1]}"
+        f"torchspmd: aten::{name}"
         f"{'.' + func._overloadname if func._overloadname != 'default' else ''} is not "
         "supported on the spmd device (no lowering or decomposition). Move the tensor to the "
         "CPU for this op (t.cpu()), or file an issue with the op name.")
