@@ -3,6 +3,8 @@ the spmd device, and what has no meaning here raises an error naming the call.""
 
 from __future__ import annotations
 
+import copy
+
 import numpy as np
 import pytest
 import torch
@@ -166,3 +168,25 @@ def test_reduction_names_exist_and_the_collective_is_refused():
     with pytest.raises((NotImplementedError, RuntimeError), match="xm.all_reduce"):
         xm.all_reduce(xm.REDUCE_SUM, [torch.ones(2, device="xla")])
     assert (xm.REDUCE_SUM, xm.REDUCE_MAX) == ("sum", "max")
+
+
+def test_pytorchs_own_parallelize_module_over_an_xla_device_mesh_shards_and_trains_like_cpu():
+    """PyTorch/XLA's examples/tensor_parallel script: PyTorch's parallelize_module with
+    ``init_device_mesh("xla", ...)`` (PyTorch/XLA fails in DTensor code there). Each style
+    shards as torchspmd.parallel.parallelize_module does; values are CPU's."""
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor.parallel import (ColwiseParallel, RowwiseParallel,
+                                                   parallelize_module)
+
+    torch.manual_seed(0)
+    cpu = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.SiLU(), torch.nn.Linear(16, 8))
+    model = copy.deepcopy(cpu).to(xm.xla_device())
+    mesh = init_device_mesh("xla", (xr.global_runtime_device_count(),))  # no process group
+    parallelize_module(model, mesh, {"0": ColwiseParallel(), "2": RowwiseParallel()})
+    assert torchspmd.get_sharding(model[0].weight) == "{devices=[8,1]0,1,2,3,4,5,6,7}"
+    assert torchspmd.get_sharding(model[2].weight) == "{devices=[1,8]0,1,2,3,4,5,6,7}"
+    x = torch.randn(4, 8)
+    for m, inputs in ((cpu, x), (model, x.to(xm.xla_device()))):
+        m(inputs).square().sum().backward()
+    for p_cpu, p in zip(cpu.parameters(), model.parameters()):
+        torch.testing.assert_close(p.grad.cpu(), p_cpu.grad)

@@ -26,6 +26,7 @@ from typing import Any
 import torch
 from torch import nn
 from torch.distributed.tensor import Replicate
+from torch.distributed.tensor.parallel.style import ParallelStyle
 
 from torchspmd.parallel.placements import convert_to_xla_mesh, is_device_mesh, placements_to_spec
 from torchspmd.sharding.api import mark_sharding
@@ -107,6 +108,14 @@ def xla_distribute_module(module: nn.Module, device_mesh: Mesh | None = None,
         ...     mark_sharding(inputs[0], mesh, ("data", None))
         >>> model = xla_distribute_module(model, mesh, input_fn=shard_batch)
     """
+    style = getattr(partition_fn, "__self__", None)
+    if isinstance(style, ParallelStyle):
+        # PyTorch's own parallelize_module, given a DeviceMesh("xla", ...), comes here with
+        # its style's functions, which make DTensors (PyTorch/XLA fails in them): the
+        # style is applied as torchspmd.parallel.parallelize_module applies it.
+        from torchspmd.parallel.plans import parallelize_module
+
+        return parallelize_module(module, device_mesh, style)
     if partition_fn is not None:
         if getattr(partition_fn, "__name__", None) == "auto_policy":
             raise NotImplementedError(_AUTO_POLICY_MESSAGE)

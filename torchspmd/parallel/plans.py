@@ -156,7 +156,8 @@ def _shard_params(module: nn.Module, name: str, style: ParallelStyle, mesh: Mesh
                 tensor = getattr(module, param)
                 if tensor is not None:
                     spec = [None] * tensor.dim()
-                    spec[dim] = axis
+                    # an unnamed mesh (a DeviceMesh without dim names) takes axis indices
+                    spec[dim] = axis if mesh.axis_names else mesh.jax_axis_names().index(axis)
                     mark_sharding(tensor, mesh, tuple(spec))
             return
     raise NotImplementedError(
