@@ -190,3 +190,67 @@ def test_pytorchs_own_parallelize_module_over_an_xla_device_mesh_shards_and_trai
         m(inputs).square().sum().backward()
     for p_cpu, p in zip(cpu.parameters(), model.parameters()):
         torch.testing.assert_close(p.grad.cpu(), p_cpu.grad)
+
+
+def test_amp_autocast_scaler_and_syncfree_optimizer_train_like_cpu_autocast():
+    """torch_xla.amp: autocast in bfloat16, GradScaler and syncfree.AdamW as on the CPU."""
+    from torch_xla.amp import GradScaler, autocast, syncfree
+
+    torch.manual_seed(0)
+    cpu = torch.nn.Linear(8, 4)
+    model = copy.deepcopy(cpu).to(xm.xla_device())
+    runs = [(cpu, torch.optim.AdamW(cpu.parameters(), lr=0.01), torch.amp.GradScaler("cpu"),
+             lambda: torch.autocast("cpu", dtype=torch.bfloat16), "cpu"),
+            (model, syncfree.AdamW(model.parameters(), lr=0.01), GradScaler(),
+             lambda: autocast(xm.xla_device()), xm.xla_device())]
+    for step in range(3):
+        x = torch.randn(2, 8, generator=torch.Generator().manual_seed(step))
+        for m, opt, scaler, cast, device in runs:
+            with cast():
+                loss = m(x.to(device)).float().square().sum()
+            scaler.scale(loss).backward()
+            scaler.step(opt)
+            scaler.update()
+            opt.zero_grad()
+        xm.mark_step()
+    for p_cpu, p in zip(cpu.parameters(), model.parameters()):
+        torch.testing.assert_close(p.cpu(), p_cpu)
+
+
+def test_profiler_records_a_trace_in_the_process(tmp_path):
+    import torch_xla.debug.profiler as xp
+
+    xp.start_trace(str(tmp_path))
+    with xp.StepTrace("train", step_num=0), xp.Trace("forward"):
+        (torch.ones(3, device=xm.xla_device()) * 2).cpu()
+    xp.stop_trace()
+    assert list(tmp_path.rglob("*.xplane.pb"))
+    with pytest.raises(NotImplementedError, match=r"xp\.trace captures from a profiler server"):
+        xp.trace("localhost:9012", str(tmp_path))
+
+
+def test_step_context_runs_its_block_as_a_graph():
+    x = torch.ones(2, device=xm.xla_device())
+    with torch_xla.step():
+        before = torchspmd.metrics()["executions"]
+        y = x + 1
+        assert torchspmd.metrics()["executions"] == before  # recorded, not run
+    assert torchspmd.metrics()["executions"] == before + 1  # run when the block ends
+    torch.testing.assert_close(y.cpu(), torch.full((2,), 2.0))
+
+
+def test_the_modules_behind_xs_serve_the_same_names():
+    from torch_xla.distributed.spmd import xla_sharded_tensor, xla_sharding
+
+    assert xla_sharding.mark_sharding is xs.mark_sharding and xla_sharding.Mesh is xs.Mesh
+    assert xla_sharded_tensor.XLAShardedTensor is torchspmd.XLAShardedTensor
+
+
+def test_memory_info_names_a_backend_without_statistics():
+    import jax
+
+    if jax.local_devices()[0].memory_stats():
+        assert xm.get_memory_info()["bytes_limit"] > 0
+    else:
+        with pytest.raises(NotImplementedError, match="reports no memory statistics"):
+            xm.get_memory_info(xm.xla_device())

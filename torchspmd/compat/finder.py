@@ -28,8 +28,8 @@ class _Alias(importlib.abc.MetaPathFinder, importlib.abc.Loader):
             raise ModuleNotFoundError(
                 f"torchspmd.compat: there is no {fullname} here: torchspmd serves PyTorch/XLA's "
                 f"SPMD API (torch_xla, .core.xla_model, .runtime, .distributed.spmd, "
-                f".distributed.parallel_loader, .distributed.fsdp, .debug.metrics, "
-                f".experimental). See docs/migrating.md.", name=fullname) from None
+                f".distributed.parallel_loader, .distributed.fsdp, .amp, .debug.metrics, "
+                f".debug.profiler, .experimental). See docs/migrating.md.", name=fullname) from None
         return importlib.machinery.ModuleSpec(fullname, self, is_package=True)
 
     def create_module(self, spec):

@@ -84,4 +84,15 @@ def _syncing():
     sync()
 
 
-from . import _XLAC, core, debug, distributed, experimental, runtime, utils  # noqa: E402,F401
+@contextlib.contextmanager
+def step():
+    """``with torch_xla.step(): ...``: the block's work runs as its own graph (``sync``
+    before and after it)."""
+    sync()
+    try:
+        yield
+    finally:
+        sync()
+
+
+from . import _XLAC, amp, core, debug, distributed, experimental, runtime, utils  # noqa: E402,F401

@@ -103,6 +103,24 @@ def optimizer_step(optimizer: torch.optim.Optimizer, barrier: bool = False,
     return result
 
 
+def get_memory_info(device: Any = None) -> dict[str, int]:
+    """PyTorch/XLA's memory numbers (``bytes_used``, ``bytes_limit``, ``peak_bytes_used``)
+    of this process's first device, from JAX's memory statistics.
+
+    Example: ``xm.get_memory_info(xm.xla_device())["bytes_used"]``.
+    """
+    first = jax.local_devices()[0]
+    stats = first.memory_stats()
+    if not stats:
+        raise NotImplementedError(
+            f"torchspmd.compat: xm.get_memory_info: the {first.platform} backend reports no "
+            "memory statistics (JAX's memory_stats() is None); a compiled step's "
+            "memory_analysis() gives what XLA planned for it.")
+    return {"bytes_used": stats.get("bytes_in_use", 0),
+            "bytes_limit": stats.get("bytes_limit", 0),
+            "peak_bytes_used": stats.get("peak_bytes_in_use", 0)}
+
+
 def set_rng_state(seed: int, device: Any = None) -> None:
     """``torchspmd.manual_seed``."""
     torchspmd.manual_seed(seed)

@@ -1,3 +1,3 @@
 """``torch_xla.debug``."""
 
-from . import metrics  # noqa: F401
+from . import metrics, profiler  # noqa: F401
