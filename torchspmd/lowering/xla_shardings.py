@@ -13,7 +13,8 @@ devices in any order (``Mesh([1, 0, 2, ...])``, ``HybridMesh``, TPU topology ord
 two meshes over the same devices may order them differently. Every program therefore
 runs over its devices in increasing id order, and XLA is only ever given layouts whose
 tile assignment is an iota over that order (:func:`in_id_order`): a permuted mesh's
-layout goes to XLA as the same spec over the mesh's devices in id order. XLA miscompiles
+layout goes to XLA as the same spec over the mesh's devices in id order, and a dim split
+over several mesh axes lists them in mesh order (:func:`axes_in_mesh_order`). XLA miscompiles
 a tiled operand whose tile assignment is any other permutation of the program's devices
 (a wrong gradient of ``x @ w.T``, Shardy and GSPMD alike;
 ``tests/lowering/test_xla_permuted_tiles.py`` keeps the plain-JAX repro), so expressing
@@ -45,7 +46,7 @@ from jax.sharding import NamedSharding, PartitionSpec
 from torchspmd.lowering import jax_private
 
 __all__ = ["is_divisible", "replicated", "replicated_over", "placement_for", "constraint_for",
-           "in_id_order", "mesh_in_id_order", "holds_same_blocks"]
+           "in_id_order", "axes_in_mesh_order", "mesh_in_id_order", "holds_same_blocks"]
 
 
 def is_divisible(sharding: jax.sharding.Sharding, shape: tuple[int, ...]) -> bool:
@@ -113,11 +114,29 @@ def in_id_order(sharding: jax.sharding.Sharding, ndim: int) -> jax.sharding.Shar
             return sharding
         return replicated_over(ordered)
     if isinstance(sharding, NamedSharding) and isinstance(sharding.mesh, jax.sharding.Mesh):
-        if devices == ordered and logical is None:
+        spec = axes_in_mesh_order(sharding.spec, sharding.mesh.axis_names)
+        if devices == ordered and logical is None and spec is sharding.spec:
             return sharding
-        return NamedSharding(mesh_in_id_order(sharding.mesh), sharding.spec,
+        return NamedSharding(mesh_in_id_order(sharding.mesh), spec,
                              memory_kind=sharding.memory_kind)
     return _from_hlo(sharding, ndim, devices, ordered)
+
+
+def axes_in_mesh_order(spec: PartitionSpec, names: tuple) -> PartitionSpec:
+    """``spec`` with each dim split over several mesh axes listing them in mesh order
+    (``spec`` itself if every dim does already).
+
+    ``P(("c", "a"), "b")`` on a ``("a", "b", "c")`` mesh tiles dim 0 minor axis first:
+    XLA computes dots into that layout wrongly (``tests/lowering/test_xla_permuted_tiles.py``
+    keeps the plain-JAX repro). ``P(("a", "c"), "b")`` is the same tiling with the blocks
+    on other devices.
+
+    >>> axes_in_mesh_order(PartitionSpec(("c", "a"), "b"), ("a", "b", "c"))
+    PartitionSpec(('a', 'c'), 'b')
+    """
+    entries = list(spec)
+    ordered = [tuple(sorted(e, key=names.index)) if isinstance(e, tuple) else e for e in entries]
+    return spec if ordered == entries else PartitionSpec(*ordered)
 
 
 @functools.lru_cache(maxsize=4096)
