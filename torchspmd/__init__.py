@@ -38,3 +38,15 @@ __all__ = ["device", "device_count", "sync", "wait_device_ops", "metrics", "rese
            "auto_shard", "AutoShardPlan",
            "XLAPatchedLinear", "xla_patched_nn_linear_forward", "apply_xla_patch_to_nn_linear",
            *_sharding_names]
+
+# Subpackages with heavier imports (torch.distributed.checkpoint), loaded on first use:
+# ``torchspmd.data.ShardedLoader`` works after a plain ``import torchspmd``.
+_ON_FIRST_USE = ("data", "checkpoint")
+
+
+def __getattr__(name: str):
+    if name in _ON_FIRST_USE:
+        import importlib
+
+        return importlib.import_module(f"torchspmd.{name}")
+    raise AttributeError(f"module 'torchspmd' has no attribute {name!r}")

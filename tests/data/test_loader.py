@@ -204,3 +204,14 @@ def test_training_on_loaded_batches_matches_cpu():
             torchspmd.sync()
             losses[name].append(loss.item())
     np.testing.assert_allclose(losses["spmd"], losses["cpu"], rtol=1e-5)
+
+
+def test_the_loader_and_checkpoints_are_reachable_after_a_plain_import():
+    """``torchspmd.data.ShardedLoader`` (the migration table's name) without importing
+    ``torchspmd.data`` first: loaded on first use."""
+    import subprocess
+    import sys
+
+    code = "import torchspmd; print(torchspmd.data.ShardedLoader.__name__, torchspmd.checkpoint.__name__)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert out.stdout.split() == ["ShardedLoader", "torchspmd.checkpoint"], out.stderr[-2000:]

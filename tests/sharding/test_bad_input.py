@@ -91,3 +91,26 @@ def test_disable_manual_sharding_refuses_another_mesh():
     local = enable_manual_sharding(torch.zeros(8, 8).to(DEV), (0, 1), mesh=mesh)
     with pytest.raises(ValueError, match="mesh must be the one the region was entered with"):
         disable_manual_sharding(local, (0, 1), (8, 8), mesh=Mesh(list(range(N)), (N // 2, 2)))
+
+
+def test_mesh_and_spec_checks_raise_one_error_that_is_pytorch_xlas_assertion_and_a_value_error():
+    from torchspmd.sharding import InvalidShardingError
+
+    with pytest.raises(InvalidShardingError) as raised:
+        Mesh([0, 1], (3,))
+    assert isinstance(raised.value, AssertionError) and isinstance(raised.value, ValueError)
+    with pytest.raises(InvalidShardingError, match="out of bound index"):
+        mark_sharding(torch.ones(8, device=DEV), Mesh(list(range(N)), (N,)), (1,))
+
+
+def test_mesh_checks_hold_under_python_optimize():
+    """``python -O`` strips ``assert`` statements: the checks are explicit raises."""
+    import subprocess
+    import sys
+
+    code = ("import torchspmd\n"
+            "try:\n    torchspmd.Mesh([0, 1], (3,))\n"
+            "except AssertionError as e:\n    print(type(e).__name__)\n")
+    out = subprocess.run([sys.executable, "-O", "-c", code], capture_output=True, text=True,
+                         timeout=300)
+    assert out.stdout.strip() == "InvalidShardingError", out.stderr[-2000:]

@@ -121,3 +121,8 @@ def test_check_every_passes_and_keeps_replaying_when_the_path_is_the_same():
     assert xs.metrics()["step_recaptures_check"] >= 2
     for out in outs:
         torch.testing.assert_close(out.cpu(), torch.full((3,), 2.0))
+
+
+def test_compiling_something_that_is_not_a_function_says_how_to_use_compile():
+    with pytest.raises(TypeError, match=r"expected the step function, got 3"):
+        xs.compile(3)

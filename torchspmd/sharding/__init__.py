@@ -16,8 +16,8 @@ from torchspmd.sharding.api import (MarkShardingFunction, ShardingSpec,
 from torchspmd.sharding.hlo_text import ShardingType
 from torchspmd.sharding.manual import (_mark_manual_sharding, disable_manual_sharding,
                                        enable_manual_sharding)
-from torchspmd.sharding.mesh import (HybridMesh, Mesh, get_1d_mesh, get_global_mesh,
-                                     set_global_mesh)
+from torchspmd.sharding.mesh import (HybridMesh, InvalidShardingError, Mesh, get_1d_mesh,
+                                     get_global_mesh, set_global_mesh)
 from torchspmd.sharding.sharded_tensor import XLAShard, XLAShardedTensor
 
 __all__ = [
@@ -26,6 +26,7 @@ __all__ = [
     "get_1d_mesh",
     "set_global_mesh",
     "get_global_mesh",
+    "InvalidShardingError",
     "ShardingType",
     "ShardingSpec",
     "XLAShard",

@@ -26,7 +26,7 @@ from torchspmd.lazy.record import record
 from torchspmd.lowering.annotation_ops import SHARD_ALIKE
 from torchspmd.sharding import state
 from torchspmd.sharding.hlo_text import REPLICATED_TEXT, spec_to_hlo_text
-from torchspmd.sharding.mesh import Mesh
+from torchspmd.sharding.mesh import Mesh, check
 from torchspmd.sharding.arguments import check_mesh
 from torchspmd.sharding.partition_spec import MeshSpec, PartitionSpec, resolve
 from torchspmd.sharding.sharded_tensor import XLAShardedTensor
@@ -300,7 +300,7 @@ def shard_as(a: Any, b: Any) -> tuple[Any, Any]:
     """
     leaves_a, spec_a = tree_flatten(a)
     leaves_b, spec_b = tree_flatten(b)
-    assert spec_a == spec_b, f"a and b must have the same structure: {spec_a} vs {spec_b}"
+    check(spec_a == spec_b, f"a and b must have the same structure: {spec_a} vs {spec_b}")
     pairs = [_shard_as_leaf(x, y) for x, y in zip(leaves_a, leaves_b)]
     return (tree_unflatten([p[0] for p in pairs], spec_a),
             tree_unflatten([p[1] for p in pairs], spec_b))
@@ -308,7 +308,7 @@ def shard_as(a: Any, b: Any) -> tuple[Any, Any]:
 
 def _shard_as_leaf(x: Any, y: Any) -> tuple[Any, Any]:
     if x is None or y is None:
-        assert x is None and y is None, "a and b must have None at the same places"
+        check(x is None and y is None, "a and b must have None at the same places")
         return None, None
     return _ShardAlike.apply(x, y)
 

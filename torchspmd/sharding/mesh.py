@@ -257,35 +257,48 @@ def _axis_names(axis_names: Any) -> tuple[str, ...] | None:
     return names
 
 
+class InvalidShardingError(ValueError, AssertionError):
+    """A mesh or partition spec that cannot be: PyTorch/XLA raises ``AssertionError`` with
+    the same message, so this is one too (``except AssertionError`` still catches it), and
+    a ``ValueError``. Raised explicitly: ``python -O`` strips ``assert`` statements, and
+    the checks with them.
+
+    >>> Mesh([0, 1], (3,))  # doctest: +SKIP
+    InvalidShardingError: Number of device IDs (2) must match mesh size (3)
+    """
+
+
+def check(condition: bool, message: str) -> None:
+    """Raise :class:`InvalidShardingError` with ``message`` unless ``condition`` holds."""
+    if not condition:
+        raise InvalidShardingError(message)
+
+
 def _validate(ids: np.ndarray, shape: tuple[int, ...], names: tuple[str, ...] | None) -> None:
     """PyTorch/XLA's checks, in its order, relaxed to allow sub-meshes (spec §1.3, §4.7)."""
     n_global = _global_device_count()
-    assert n_global > 0, "This requires XLA supported device(s)."
+    check(n_global > 0, "This requires XLA supported device(s).")
     if ids.size == 0:
         raise ValueError("Mesh: a mesh needs at least one device; device_ids is empty")
     if ids.dtype.kind not in "iu":
         raise TypeError(f"Mesh: device_ids must be ints (indices into jax.devices()), got "
                         f"{ids.reshape(-1).tolist()!r}")
-    assert (ids >= 0).all(), (
-        f"Device IDs must be non-negative (indices into jax.devices(), 0 to {n_global - 1}), "
-        f"got: {ids}")
-    assert len(ids) <= n_global, (
-        f"Number of device IDs ({len(ids)}) must be less than or equal to the global "
-        f"number of devices ({n_global})"
-    )
+    check((ids >= 0).all(),
+          f"Device IDs must be non-negative (indices into jax.devices(), 0 to {n_global - 1}), "
+          f"got: {ids}")
+    check(len(ids) <= n_global,
+          f"Number of device IDs ({len(ids)}) must be less than or equal to the global "
+          f"number of devices ({n_global})")
     if names is not None:
-        assert len(shape) == len(names), (
-            f"Number of axis names ({len(names)}) must match mesh dimensions ({len(shape)})"
-        )
-        assert len(set(names)) == len(names), f"Axis names must be unique, got: {names}"
+        check(len(shape) == len(names),
+              f"Number of axis names ({len(names)}) must match mesh dimensions ({len(shape)})")
+        check(len(set(names)) == len(names), f"Axis names must be unique, got: {names}")
     expected = math.prod(shape)
-    assert len(ids) == expected, (
-        f"Number of device IDs ({len(ids)}) must match mesh size ({expected})"
-    )
-    assert len(ids) == len(np.unique(ids)), f"Device IDs must be unique, got: {ids}"
-    assert all(0 <= int(d) < n_global for d in ids.reshape(-1)), (
-        f"Device IDs must be less than the global number of devices ({n_global}), got: {ids}"
-    )
+    check(len(ids) == expected,
+          f"Number of device IDs ({len(ids)}) must match mesh size ({expected})")
+    check(len(ids) == len(np.unique(ids)), f"Device IDs must be unique, got: {ids}")
+    check(all(0 <= int(d) < n_global for d in ids.reshape(-1)),
+          f"Device IDs must be less than the global number of devices ({n_global}), got: {ids}")
 
 
 _GLOBAL_MESH: Mesh | None = None

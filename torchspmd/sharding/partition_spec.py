@@ -31,6 +31,7 @@ from functools import cached_property
 from typing import TYPE_CHECKING, Any, Union
 
 import torchspmd.jax_setup  # noqa: F401
+from torchspmd.sharding.mesh import check
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
@@ -106,8 +107,8 @@ def check_spec(spec: Any, rank: int, caller: str) -> None:
             f"{caller}: partition_spec must be a tuple with one entry per tensor dim (a mesh "
             f"axis index or name, a tuple of them, or None), got {spec!r}. To replicate a "
             f"rank-{rank} tensor pass {(None,) * rank}.")
-    assert len(spec) == rank, (
-        f"Partition spec length ({len(spec)}) should be equal to the input rank ({rank}).")
+    check(len(spec) == rank,
+          f"Partition spec length ({len(spec)}) should be equal to the input rank ({rank}).")
 
 
 def resolve(mesh: Mesh, spec: PartitionSpec, rank: int | None = None,
@@ -183,9 +184,7 @@ def _translate(mesh: Mesh, spec: PartitionSpec) -> tuple:
     out: list = []
     for p in spec:
         if type(p) is tuple:
-            assert not any(type(x) is tuple for x in p), (
-                "Partition spec cannot contain nested tuples"
-            )
+            check(not any(type(x) is tuple for x in p), "Partition spec cannot contain nested tuples")
             # An empty tuple shards over no axis, as in JAX: the dim is replicated.
             out.append(tuple(_translate_axis(mesh, x) for x in p) or None)
         elif p is None:
@@ -197,12 +196,10 @@ def _translate(mesh: Mesh, spec: PartitionSpec) -> tuple:
 
 def _check_axes(mesh: Mesh, translated: tuple) -> None:
     axes = [a for p in translated if p is not None for a in (p if type(p) is tuple else (p,))]
-    assert all(0 <= a < len(mesh.mesh_shape) for a in axes), (
-        f"partition_spec ({translated}) contains out of bound index into mesh_shape."
-    )
-    assert len(axes) == len(set(axes)), (
-        f"Each device mesh dimension should appear at most once in partition_spec {translated}."
-    )
+    check(all(0 <= a < len(mesh.mesh_shape) for a in axes),
+          f"partition_spec ({translated}) contains out of bound index into mesh_shape.")
+    check(len(axes) == len(set(axes)),
+          f"Each device mesh dimension should appear at most once in partition_spec {translated}.")
 
 
 def _resolve(mesh: Mesh, spec: PartitionSpec) -> MeshSpec:

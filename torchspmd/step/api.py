@@ -54,6 +54,9 @@ class CompiledStep:
     """A step function compiled by :func:`compile` (call it like the function)."""
 
     def __init__(self, fn: Callable, check_every: int | None = None, cache_size: int = 64):
+        if not callable(fn):
+            raise TypeError(f"torchspmd.compile: expected the step function, got {fn!r} (use it "
+                            "as @torchspmd.compile or torchspmd.compile(step))")
         if check_every is not None and (isinstance(check_every, bool) or
                                         not isinstance(check_every, int) or check_every < 1):
             raise ValueError(f"torchspmd.compile: check_every must be an int >= 1 or None, got "
