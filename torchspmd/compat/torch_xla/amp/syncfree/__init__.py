@@ -7,6 +7,4 @@ the device), and ``GradScaler`` decides skipping; the same arguments work.
 Example: ``opt = torch_xla.amp.syncfree.AdamW(model.parameters(), lr=1e-3)``.
 """
 
-from torch.optim import SGD, Adam, AdamW
-
-__all__ = ["Adam", "AdamW", "SGD"]
+from torch.optim import SGD, Adam, AdamW  # noqa: F401
