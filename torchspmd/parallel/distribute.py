@@ -29,6 +29,7 @@ from torch.distributed.tensor import Replicate
 from torch.distributed.tensor.parallel.style import ParallelStyle
 
 from torchspmd.parallel.placements import convert_to_xla_mesh, is_device_mesh, placements_to_spec
+from torchspmd.parallel.plans import parallelize_module
 from torchspmd.sharding.api import mark_sharding
 from torchspmd.sharding.mesh import Mesh
 from torchspmd.sharding.sharded_tensor import XLAShardedTensor
@@ -95,7 +96,10 @@ def xla_distribute_module(module: nn.Module, device_mesh: Mesh | None = None,
       module: the module, already on the spmd device (``partition_fn`` marks its tensors).
       device_mesh: passed to the three functions as is (a ``torchspmd.sharding.Mesh``).
       partition_fn: ``(name, submodule, mesh)``, called for every ``named_modules()``
-        entry, the root (``''``) first. ``auto_policy`` raises NotImplementedError.
+        entry, the root (``''``) first. ``auto_policy`` raises NotImplementedError. A
+        method of a PyTorch ``ParallelStyle`` (PyTorch's ``parallelize_module`` passes one
+        for a ``DeviceMesh("xla", ...)``) applies that style instead, as
+        :func:`torchspmd.parallel.parallelize_module` does.
       input_fn: ``(module, inputs, mesh)``, a forward pre-hook: what it returns (if not
         ``None``) replaces the positional inputs tuple.
       output_fn: ``(module, outputs, mesh)``, a forward hook: what it returns (if not
@@ -113,8 +117,6 @@ def xla_distribute_module(module: nn.Module, device_mesh: Mesh | None = None,
         # PyTorch's own parallelize_module, given a DeviceMesh("xla", ...), comes here with
         # its style's functions, which make DTensors (PyTorch/XLA fails in them): the
         # style is applied as torchspmd.parallel.parallelize_module applies it.
-        from torchspmd.parallel.plans import parallelize_module
-
         return parallelize_module(module, device_mesh, style)
     if partition_fn is not None:
         if getattr(partition_fn, "__name__", None) == "auto_policy":

@@ -97,7 +97,7 @@ class Places:
 
     def note_host(self, place: Place, value, name: str, hint: str = "") -> None:
         """Note ``value`` if it is a CPU tensor, with its version now."""
-        if type(value) in (torch.Tensor, torch.nn.Parameter) and value.device.type == "cpu":
+        if _is_host_tensor(value):
             try:
                 version = value._version
             except RuntimeError:  # an inference-mode tensor: it cannot change in place
@@ -123,9 +123,13 @@ class HostTensor:
         """Whether it was changed in place, or its slot now holds another CPU tensor."""
         now = place.get()
         if now is not self.tensor:
-            return (type(now) in (torch.Tensor, torch.nn.Parameter)
-                    and now.device.type == "cpu")
+            return _is_host_tensor(now)
         return self.tensor._version != self.version
+
+
+def _is_host_tensor(value) -> bool:
+    """Whether ``value`` is a plain CPU tensor or parameter (not a tensor subclass)."""
+    return type(value) in (torch.Tensor, torch.nn.Parameter) and value.device.type == "cpu"
 
 
 def find_places(fn: Callable, args: tuple, kwargs: dict) -> Places:
@@ -289,10 +293,9 @@ def _visit_optimizer(opt: torch.optim.Optimizer, places, seen, depth) -> None:
                     name = type(opt).__name__
                     places.note_host(_place(state, key, True), value,
                                      f"{name}.state[{_key_name(p)}][{key!r}]",
-                                     f" ({name} keeps it on the CPU; the optimizers that "
-                                     "offer capturable=True, such as Adam, AdamW, SGD and "
-                                     "RMSprop, keep their state on the device in a compiled "
-                                     "step)")
+                                     f" ({name} keeps it on the CPU; SGD, Adam, AdamW, "
+                                     "RMSprop and the optimizers with a capturable option "
+                                     "keep their state on the device in a compiled step)")
 
 
 def unwalked_slots(fn: Callable, args: tuple, kwargs: dict, walked: Places,
