@@ -93,3 +93,31 @@ def test_padded_batch_gives_cpu_loss_and_gradients(name):
     for n, e in cpu_grads.items():
         diff = (grads[n] - e).abs().max().item()
         assert diff <= 1e-4 * largest, f"{n}: max abs diff {diff} (largest gradient {largest})"
+
+
+@pytest.mark.parametrize("name", ["llama", "gpt2"])
+def test_a_compiled_step_over_a_padded_batch_gives_cpu_loss_and_gradients(name):
+    """Hugging Face checks on the host whether a mask is all ones unless
+    ``torch.compiler.is_compiling()``; a capture says it is, as ``torch.compile`` does,
+    so the step compiles (it used to raise HostReadInStep) and replays."""
+    cpu, model = cpu_and_copy(MODELS[name])
+    cpu_loss, cpu_grads = loss_and_grads(cpu, "cpu")
+    model.to(torchspmd.device())
+
+    @torchspmd.compile
+    def step(ids, mask, labels):
+        model.zero_grad()
+        loss = model(input_ids=ids, attention_mask=mask, labels=labels).loss
+        loss.backward()
+        return loss
+
+    replays = []
+    for _ in range(3):  # captured with p.grad empty, then full; the third call replays
+        loss = step(*[t.to(torchspmd.device()) for t in padded_batch()]).item()
+        replays.append(torchspmd.metrics()["step_replays"])
+    assert replays[2] == replays[1] + 1
+    np.testing.assert_allclose(loss, cpu_loss, rtol=1e-5, atol=1e-5)
+    largest = max(g.abs().max().item() for g in cpu_grads.values())
+    for n, p in model.named_parameters():
+        diff = (p.grad.cpu() - cpu_grads[n]).abs().max().item()
+        assert diff <= 1e-4 * largest, f"{n}: max abs diff {diff} (largest gradient {largest})"

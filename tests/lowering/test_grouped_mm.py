@@ -132,3 +132,24 @@ def test_float64_operands_raise_a_clear_error():
     a, b = randn(ROWS, 8, dtype=torch.float64).to(DEV), randn(4, 8, 16, dtype=torch.float64).to(DEV)
     with pytest.raises(RuntimeError, match="float32, bfloat16 or float16"):
         torch._grouped_mm(a, b, offs=OFFS.to(DEV))
+
+
+def test_transformers_grouped_mm_fallback_op_and_its_backward_match_cpu():
+    """Hugging Face's MoE calls its own custom op ``transformers::grouped_mm_fallback``
+    under ``torch.compiler.is_compiling()`` (a compiled step's capture) with float32
+    weights: decomposed into ``_grouped_mm`` (``device/library_ops.py``)."""
+    pytest.importorskip("transformers.integrations.moe")
+    fallback = torch.ops.transformers.grouped_mm_fallback
+    x, w = randn(ROWS, 8), randn(4, 8, 5)
+    results = []
+    for device in ("cpu", DEV):
+        xd = x.detach().to(device).requires_grad_(True)
+        wd = w.detach().to(device).requires_grad_(True)
+        out = fallback(xd, wd, OFFS.to(device))
+        (out * torch.arange(5.0).to(device)).sum().backward()
+        results.append([t.detach().cpu() for t in (out, xd.grad, wd.grad)])
+    for got, want in zip(results[1], results[0]):
+        if got.shape[0] == ROWS:  # rows past offs[-1]: CPU leaves them unset, here zeros
+            want = want.clone()
+            want[int(OFFS[-1]):] = 0
+        torch.testing.assert_close(got, want, **TOL[torch.float32])

@@ -16,7 +16,7 @@ from __future__ import annotations
 import torch
 from torch._decomp import core_aten_decompositions, decomposition_table
 
-from torchspmd.device import resize
+from torchspmd.device import library_ops, resize
 from torchspmd.device.data_dependent import DATA_DEPENDENT
 from torchspmd.device.linalg_composites import LINALG_COMPOSITES
 from torchspmd.device.tensor import SpmdTensor
@@ -267,7 +267,7 @@ _DECOMPOSITIONS = {**decomposition_table, **core_aten_decompositions()}
 
 
 def decompose(func, args, kwargs):
-    decomposition = _DECOMPOSITIONS.get(func)
+    decomposition = _DECOMPOSITIONS.get(func) or library_ops.decomposition(func._schema.name)
     if decomposition is not None:
         return decomposition(*args, **kwargs)
     if torch._C._dispatch_has_kernel_for_dispatch_key(func.name(), "CompositeImplicitAutograd"):

@@ -20,6 +20,7 @@ Example::
 
 from __future__ import annotations
 
+import contextlib
 import weakref
 from dataclasses import dataclass, field
 
@@ -106,7 +107,7 @@ def capture(fn, args: tuple, kwargs: dict,
     before = find_places(fn, args, kwargs)
     arg_values = [t.handle.storage.value for t in tensors]
     start = Node(None).seq  # nodes made from here on belong to the step
-    with provenance.recording() as rec:
+    with provenance.recording() as rec, _traced_as_by_torch_compile():
         outer = index_checks.take_flag()
         try:
             result = fn(*args, **kwargs)
@@ -141,6 +142,25 @@ def capture(fn, args: tuple, kwargs: dict,
         filled = _outputs(captured, rec, before, after, flat, arg_storages)
         _graph(captured, _Read(rec, arg_values, start, held_by, filled))
     return result, captured, undo
+
+
+@contextlib.contextmanager
+def _traced_as_by_torch_compile():
+    """``torch.compiler.is_compiling()`` is true while a step is captured, as while
+    ``torch.compile`` traces: libraries then take their paths without host reads, which a
+    capture cannot do either (``torch.optim``'s ``_get_value`` keeps a step count a tensor;
+    Hugging Face's attention masks skip checking on the host whether padding is all ones).
+    Nothing happens where this PyTorch keeps the flag elsewhere."""
+    compiler = torch.compiler
+    if not isinstance(getattr(compiler, "_is_compiling_flag", None), bool):
+        yield
+        return
+    old = compiler._is_compiling_flag
+    compiler._is_compiling_flag = True
+    try:
+        yield
+    finally:
+        compiler._is_compiling_flag = old
 
 
 @dataclass(frozen=True)
