@@ -127,9 +127,9 @@ def axes_in_mesh_order(spec: PartitionSpec, names: tuple) -> PartitionSpec:
     (``spec`` itself if every dim does already).
 
     ``P(("c", "a"), "b")`` on a ``("a", "b", "c")`` mesh tiles dim 0 minor axis first:
-    XLA computes dots into that layout wrongly (``tests/lowering/test_xla_permuted_tiles.py``
-    keeps the plain-JAX repro). ``P(("a", "c"), "b")`` is the same tiling with the blocks
-    on other devices.
+    XLA computes dots into that layout wrongly (the plain-JAX repro is kept in
+    ``tests/lowering/test_xla_axes_out_of_mesh_order.py``). ``P(("a", "c"), "b")`` is the
+    same tiling with the blocks on other devices.
 
     >>> axes_in_mesh_order(PartitionSpec(("c", "a"), "b"), ("a", "b", "c"))
     PartitionSpec(('a', 'c'), 'b')
