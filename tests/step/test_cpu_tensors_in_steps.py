@@ -5,6 +5,8 @@ where a replay used to compute with the old one without a word."""
 
 from __future__ import annotations
 
+import copy
+
 import pytest
 import torch
 
@@ -92,9 +94,19 @@ def test_a_cpu_tensor_rebound_in_its_slot_is_refused():
         torchspmd.compile(forward)(X.to(DEV))
 
 
-def test_adagrads_cpu_step_counter_is_refused_naming_the_optimizer():
+class _CountsOnTheCpu(torch.optim.SGD):
+    """An optimizer keeping a per-parameter CPU counter in its state."""
+
+    def step(self, closure=None):
+        for group in self.param_groups:
+            for p in group["params"]:
+                self.state[p].setdefault("calls", torch.zeros(())).add_(1)
+        return super().step(closure)
+
+
+def test_an_optimizers_cpu_state_the_step_changes_is_refused_naming_it():
     model = torch.nn.Linear(4, 2).to(DEV)
-    opt = torch.optim.Adagrad(model.parameters(), lr=0.1)  # its step count stays on the CPU
+    opt = _CountsOnTheCpu(model.parameters(), lr=0.1)
 
     @torchspmd.compile
     def step(x):
@@ -102,10 +114,32 @@ def test_adagrads_cpu_step_counter_is_refused_naming_the_optimizer():
         model(x).sum().backward()
         opt.step()
 
+    step(X.to(DEV))  # the counter is made here: nothing to compare it with yet
     with pytest.raises(torchspmd.step.HostStateError,
-                       match=r"(?s)Adagrad\.state\[<tensor of shape \(2, 4\)>\]\['step'\].*"
-                             r"Adagrad keeps it on the CPU"):
+                       match=r"(?s)_CountsOnTheCpu\.state\[<tensor of shape \(2, 4\)>\]\['calls'\]"
+                             r".*_CountsOnTheCpu keeps it on the CPU"):
         step(X.to(DEV))
+
+
+def test_adagrad_keeps_its_step_count_on_the_device_and_trains_like_cpu():
+    """Adagrad has no capturable option; its count moves to the device (``optim.py``)."""
+    torch.manual_seed(0)
+    cpu = torch.nn.Linear(4, 2)
+    model = copy.deepcopy(cpu).to(DEV)
+    opts = [torch.optim.Adagrad(m.parameters(), lr=0.1, lr_decay=0.05) for m in (cpu, model)]
+
+    def step(m, opt, x):
+        opt.zero_grad()
+        m(x).square().sum().backward()
+        opt.step()
+
+    compiled = torchspmd.compile(lambda x: step(model, opts[1], x))
+    for _ in range(4):
+        step(cpu, opts[0], X)
+        compiled(X.to(DEV))
+    for p_cpu, p in zip(cpu.parameters(), model.parameters()):
+        torch.testing.assert_close(p.cpu(), p_cpu)
+        torch.testing.assert_close(opts[1].state[p]["step"].cpu(), opts[0].state[p_cpu]["step"])
 
 
 def test_a_cpu_tensor_the_step_only_reads_is_not_refused():

@@ -13,8 +13,8 @@ makes the step re-capture (the recorded graph is the same, so its program is reu
 
 Example::
 
-    prepare([opt])                 # Adam: capturable, lr -> spmd scalar
-    hyperparameters([opt])         # ((0, 'momentum', 0.9), ...) for the others
+    prepare([opt])         # Adam: capturable, lr a device scalar; Adagrad: step on the device
+    hyperparameters([opt]) # ((0, "momentum", 0.9), ...) for the others
 """
 
 from __future__ import annotations
@@ -28,6 +28,10 @@ from torchspmd.sharding.state import new_leaf
 _NUMBERS = (float, int, bool)
 # Optimizers whose tensor learning rate is used by tensor ops only (with capturable=True).
 _TENSOR_LR = (torch.optim.Adam, torch.optim.AdamW)
+# Optimizers with no capturable option that keep their step count on the CPU and read it
+# through ``_get_value``, which keeps a device tensor a tensor while a step is captured
+# (``torch.compiler.is_compiling()`` is true then): their counts move to the device.
+_STEP_ON_DEVICE = (torch.optim.Adagrad,)
 
 
 def prepare(optimizers: list[torch.optim.Optimizer]) -> None:
@@ -43,6 +47,8 @@ def prepare(optimizers: list[torch.optim.Optimizer]) -> None:
             if "capturable" in group and not group["capturable"]:
                 opt.__dict__["_torchspmd_capturable"][i] = False
                 group["capturable"] = True
+                _steps_to_device(opt, group)
+            elif isinstance(opt, _STEP_ON_DEVICE):
                 _steps_to_device(opt, group)
             if tensor_lr and "capturable" in group:
                 _lr_on_device(opt, group)

@@ -293,7 +293,7 @@ def _visit_optimizer(opt: torch.optim.Optimizer, places, seen, depth) -> None:
                     name = type(opt).__name__
                     places.note_host(_place(state, key, True), value,
                                      f"{name}.state[{_key_name(p)}][{key!r}]",
-                                     f" ({name} keeps it on the CPU; SGD, Adam, AdamW, "
+                                     f" ({name} keeps it on the CPU; SGD, Adam, AdamW, Adagrad, "
                                      "RMSprop and the optimizers with a capturable option "
                                      "keep their state on the device in a compiled step)")
 
