@@ -102,7 +102,7 @@ def capture(fn, args: tuple, kwargs: dict,
     its writes."""
     sync()  # every live tensor now holds data: what the step reads are data leaves
     before = find_places(fn, args, kwargs)
-    optim.prepare(before.optimizers)
+    optim.prepare(before.optimizers, capturing=True)
     sync()
     before = find_places(fn, args, kwargs)
     arg_values = [t.handle.storage.value for t in tensors]
@@ -150,7 +150,9 @@ def _traced_as_by_torch_compile():
     ``torch.compile`` traces: libraries then take their paths without host reads, which a
     capture cannot do either (``torch.optim``'s ``_get_value`` keeps a step count a tensor;
     Hugging Face's attention masks skip checking on the host whether padding is all ones).
-    Nothing happens where this PyTorch keeps the flag elsewhere."""
+    Nothing happens where this PyTorch keeps the flag elsewhere. (PyTorch 2.13 wraps the
+    same lines as ``torch.compiler._compile_session_context``; older versions may have
+    the flag without it.)"""
     compiler = torch.compiler
     if not isinstance(getattr(compiler, "_is_compiling_flag", None), bool):
         yield

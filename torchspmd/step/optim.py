@@ -34,9 +34,12 @@ _TENSOR_LR = (torch.optim.Adam, torch.optim.AdamW)
 _STEP_ON_DEVICE = (torch.optim.Adagrad,)
 
 
-def prepare(optimizers: list[torch.optim.Optimizer]) -> None:
+def prepare(optimizers: list[torch.optim.Optimizer], capturing: bool = False) -> None:
     """Make ``optimizers`` replayable in place (see the module docstring). Idempotent; a
-    float learning rate set by hand since the last call is copied into the device scalar."""
+    float learning rate set by hand since the last call is copied into the device scalar.
+    ``capturing``: also move the step counts of ``_STEP_ON_DEVICE`` optimizers, which a
+    replay need not look at again (a count put back on the CPU leaves the slot holding
+    another tensor than the plan read: the step is captured again, and moved then)."""
     for opt in optimizers:
         tensor_lr = isinstance(opt, _TENSOR_LR)
         if "_torchspmd_capturable" not in opt.__dict__:
@@ -48,7 +51,7 @@ def prepare(optimizers: list[torch.optim.Optimizer]) -> None:
                 opt.__dict__["_torchspmd_capturable"][i] = False
                 group["capturable"] = True
                 _steps_to_device(opt, group)
-            elif isinstance(opt, _STEP_ON_DEVICE):
+            elif capturing and isinstance(opt, _STEP_ON_DEVICE):
                 _steps_to_device(opt, group)
             if tensor_lr and "capturable" in group:
                 _lr_on_device(opt, group)

@@ -91,8 +91,8 @@ class Places:
         # Each optimizer group's ``params`` list and its parameters (one appended changes
         # the step).
         self.group_params: list[tuple[list, tuple]] = []
-        # CPU tensors in the walked slots (Adagrad's step counter, a module's CPU
-        # attribute): a step that changes one does something a replay cannot redo.
+        # CPU tensors in the walked slots (a counter in an optimizer's state, a module's
+        # CPU attribute): a step that changes one does something a replay cannot redo.
         self.host: dict[Place, HostTensor] = {}
 
     def note_host(self, place: Place, value, name: str, hint: str = "") -> None:
@@ -111,7 +111,7 @@ class Places:
 @dataclass(frozen=True)
 class HostTensor:
     """A CPU tensor in a walked slot, its version counter when walked, and its name for
-    messages (``"Adagrad.state[<tensor of shape (4,)>]['step']"``), with what to do
+    messages (``"SGD.state[<tensor of shape (4,)>]['calls']"``), with what to do
     about its kind of slot (``hint``, read after the general advice)."""
 
     tensor: torch.Tensor

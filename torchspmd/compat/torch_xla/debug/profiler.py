@@ -23,50 +23,24 @@ from typing import Any
 import jax
 
 
-
 def start_server(port: int, only_on_master: bool = True) -> Any:
     """``jax.profiler.start_server(port)``: a profiler server TensorBoard can capture from."""
     return jax.profiler.start_server(port)
 
 
-def stop_server() -> None:
-    """``jax.profiler.stop_server()``."""
-    jax.profiler.stop_server()
-
-
-def start_trace(log_dir: str) -> None:
-    """``jax.profiler.start_trace(log_dir)``: record until :func:`stop_trace`."""
-    jax.profiler.start_trace(log_dir)
-
-
-def stop_trace() -> None:
-    """``jax.profiler.stop_trace()``: write the trace started by :func:`start_trace`."""
-    jax.profiler.stop_trace()
-
-
-class Trace(jax.profiler.TraceAnnotation):
-    """A named span of host time in the trace (``with xp.Trace("forward"): ...``)."""
-
-    def __init__(self, name: str, **kwargs: Any):
-        super().__init__(name, **kwargs)
-
-
-class StepTrace(jax.profiler.StepTraceAnnotation):
-    """A training step's span (``with xp.StepTrace("train", step_num=i): ...``)."""
-
-    def __init__(self, name: str, **kwargs: Any):
-        super().__init__(name, **kwargs)
+# The rest take PyTorch/XLA's arguments as JAX's do: ``start_trace(log_dir)``,
+# ``Trace(name, **kwargs)``, ``StepTrace(name, step_num=i)``.
+stop_server = jax.profiler.stop_server
+start_trace = jax.profiler.start_trace
+stop_trace = jax.profiler.stop_trace
+Trace = jax.profiler.TraceAnnotation
+StepTrace = jax.profiler.StepTraceAnnotation
 
 
 def trace_me(name: str) -> Callable[[Callable], Callable]:
-    """A decorator: each call of the function is a :class:`Trace` span named ``name``."""
-    def wrap(fn: Callable) -> Callable:
-        @functools.wraps(fn)
-        def traced(*args: Any, **kwargs: Any) -> Any:
-            with Trace(name):
-                return fn(*args, **kwargs)
-        return traced
-    return wrap
+    """A decorator: each call of the function is a :class:`Trace` span named ``name``
+    (``jax.profiler.annotate_function``)."""
+    return functools.partial(jax.profiler.annotate_function, name=name)
 
 
 def trace(service_addr: str, logdir: str, *args: Any, **kwargs: Any) -> None:
