@@ -127,10 +127,15 @@ def make_train_step(heads: int, weight_decay: float, out_shardings=None):
     state in the layout it came in with: otherwise XLA may hand it back in an equivalent
     but differently spelled sharding (``P('data', None)`` as ``P('data')``), and the
     second call compiles again. Everything inside the step still propagates freely.
+
+    float32 matmuls run at full precision, as PyTorch's and so torchspmd's do by default
+    (``torch.get_float32_matmul_precision() == "highest"``): on a GPU, JAX's default
+    would be TF32, a different computation from the one compared against.
     """
 
     def train_step(params, opt_state, x, y, lr):
-        loss, grads = jax.value_and_grad(lm_loss)(params, x, y, heads)
+        with jax.default_matmul_precision("highest"):
+            loss, grads = jax.value_and_grad(lm_loss)(params, x, y, heads)
         params, opt_state = adamw_update(params, grads, opt_state, lr, weight_decay)
         return params, opt_state, loss
 

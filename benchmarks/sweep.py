@@ -77,7 +77,7 @@ def grid(name: str) -> list[Point]:
         return [Point("gpt", 64, 1, 8, 32, "fsdp+tp")]
     if name == "gpu":  # one accelerator: large enough that the step is the device's
         return [Point(f, d, L, 32, 128) for f, d, L in
-                (("mlp", 1024, 8), ("gpt", 512, 4), ("gpt", 1024, 8), ("embed", 512, 2))]
+                (("mlp", 1024, 8), ("gpt", 512, 4), ("gpt", 1024, 4), ("embed", 512, 2))]
     if name == "default":
         one = [Point(f, d, L, 8) for f, d, L in
                (("mlp", 128, 2), ("mlp", 128, 24), ("mlp", 512, 4), ("gpt", 128, 2),

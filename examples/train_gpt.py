@@ -3,7 +3,7 @@
     python examples/train_gpt.py [--mesh 4x2] [--strategy fsdp+tp] [--devices 4,5,6,7]
         [--steps 200] [--batch 16] [--seq 64] [--dim 128] [--layers 4] [--heads 4]
         [--lr 3e-3] [--seed 0] [--save DIR] [--resume DIR] [--stop-at STEP]
-        [--cpu-reference] [--untied] [--losses FILE]
+        [--cpu-reference] [--untied] [--losses FILE] [--autocast bf16]
 
 The mesh has two axes, ``('data', 'model')``. Strategies (see ``gpt.param_spec``):
 ``dp`` replicates the weights and splits the batch over every device; ``fsdp`` splits
@@ -21,6 +21,9 @@ the runtime's metrics, and fails if it compiled more than 3 times.
 any mesh and process count (each tensor is loaded straight into its own sharding).
 ``--stop-at K`` ends this run after step K (keeping the ``--steps`` schedule) so it can
 be resumed. ``--cpu-reference`` trains the same model on CPU PyTorch and compares.
+``--autocast bf16`` runs the forward and the loss under ``torch.autocast`` in bfloat16
+(the CPU reference under CPU autocast), as one trains on a GPU; parameters, gradients
+and AdamW's state stay float32.
 
 Several processes (``--mesh`` then spans every process's devices; only process 0
 prints)::
@@ -119,6 +122,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--save", default=None, metavar="DIR")
     p.add_argument("--resume", default=None, metavar="DIR")
     p.add_argument("--cpu-reference", action="store_true")
+    p.add_argument("--autocast", choices=("bf16",), default=None,
+                   help="forward and loss under torch.autocast in bfloat16")
     p.add_argument("--no-compile", action="store_true",
                    help="run the lazy path (trace every step) instead of torchspmd.compile")
     p.add_argument("--losses", default=None, metavar="FILE",
@@ -266,7 +271,7 @@ def train_spmd(args: argparse.Namespace, setup: Setup, mesh: Mesh, stop: int) ->
     result = RunResult(losses=[], tokens_per_step=args.batch * model.config.seq)
     bar = tqdm(total=stop, initial=setup.start, unit="step", dynamic_ncols=True,
                disable=not _prints())
-    train_step = _train_step(model, opt)
+    train_step = _train_step(model, opt, "spmd" if args.autocast else None)
     if not args.no_compile:
         train_step = torchspmd.compile(train_step)  # Python runs once; then one call a step
     for step, (x, y) in zip(range(setup.start, stop), loader):
@@ -288,11 +293,16 @@ def train_spmd(args: argparse.Namespace, setup: Setup, mesh: Mesh, stop: int) ->
     return result
 
 
-def _train_step(model: GPT, opt: torch.optim.Optimizer):
-    """The training step: forward, backward, AdamW update; returns the loss."""
+def _train_step(model: GPT, opt: torch.optim.Optimizer, autocast: str | None = None):
+    """The training step: forward, backward, AdamW update; returns the loss.
+
+    ``autocast``: the device type whose ``torch.autocast`` in bfloat16 runs the forward
+    and the loss (None: float32 throughout).
+    """
 
     def train_step(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-        loss = lm_loss(model(x), y)
+        with torch.autocast(autocast or "cpu", dtype=torch.bfloat16, enabled=autocast is not None):
+            loss = lm_loss(model(x), y)
         loss.backward()
         opt.step()
         opt.zero_grad(set_to_none=True)
@@ -316,7 +326,7 @@ def train_cpu(args: argparse.Namespace, setup: Setup, stop: int) -> list[float]:
     if setup.optimizer_state is not None:
         opt.load_state_dict(setup.optimizer_state)
     losses = []
-    train_step = _train_step(model, opt)
+    train_step = _train_step(model, opt, "cpu" if args.autocast else None)
     for step, (x, y) in zip(range(setup.start, stop), _batches(args, setup, stop)):
         for group in opt.param_groups:
             group["lr"] = lr_at(step, args.steps, args.lr)

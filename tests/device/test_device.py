@@ -15,7 +15,9 @@ def test_device_is_one_virtual_device():
 
 
 def test_device_count_is_the_physical_devices():
-    assert torchspmd.device_count() == 8
+    import jax
+
+    assert torchspmd.device_count() == len(jax.devices())  # 8 CPU devices here, 1 GPU there
 
 
 def test_to_device_and_back_round_trips():

@@ -42,6 +42,12 @@ def test_ten_steps_match_cpu_within_1e_4_and_compile_at_most_3_times(extra):
     assert result.compiles <= train_gpt.MAX_COMPILES
 
 
+def test_bf16_autocast_trains_like_cpu_autocast_and_compiles_at_most_3_times():
+    result = run("--cpu-reference", "--autocast", "bf16", "--strategy", "fsdp+tp")
+    np.testing.assert_allclose(result.losses, result.cpu_losses, rtol=2e-2)
+    assert result.compiles <= train_gpt.MAX_COMPILES
+
+
 # --- checkpoints -----------------------------------------------------------------------
 
 @pytest.fixture(scope="module")

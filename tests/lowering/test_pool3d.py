@@ -47,3 +47,13 @@ def test_max_pool3d_backward_scatters_into_the_saved_indices():
     out, indices = aten.max_pool3d_with_indices(x, *args)
     grad = torch.randn(out.shape, generator=g, dtype=torch.float64)
     check_lowering(aten.max_pool3d_with_indices_backward.default, grad, x, *args, indices)
+
+
+@pytest.mark.parametrize("args", [
+    ((2, 2, 2), (), (0, 0, 0), (1, 1, 1), False),
+    ((3, 3, 3), (2, 2, 2), (1, 1, 1), (1, 1, 1), True),
+    ((2, 3, 2), (1, 2, 3), (0, 1, 1), (2, 1, 2), False),
+])
+def test_max_pool3d_with_indices_gives_values_and_first_maximum_indices(args):
+    # Lowered directly (PyTorch 2.11 sends the op itself; 2.13 decomposes it first).
+    check_lowering(aten.max_pool3d_with_indices.default, x, *args)

@@ -64,11 +64,17 @@ def fence_for_recomputation(inputs):
     return [fence(x, after) if isinstance(x, torch.Tensor) else x for x in inputs]
 
 
-def _fenced_inputs(get_inputs):
-    """``_CheckpointFrame.get_inputs`` (use_reentrant=False): the saved inputs, fenced."""
-    @functools.wraps(get_inputs)
-    def wrapper(self):
-        return fence_for_recomputation(get_inputs(self))
+def _fenced_frame_init(init):
+    """``_CheckpointFrame.__init__`` (use_reentrant=False), its ``recompute_fn`` given the
+    saved inputs fenced. The frame calls ``recompute_fn(*saved_inputs)`` in every PyTorch
+    since 2.11 (2.13 reads them with ``get_inputs``, 2.11 from its ``input_saver``), so
+    wrapping the function the frame is built with covers both."""
+    @functools.wraps(init)
+    def wrapper(self, recompute_fn, *args, **kwargs):
+        def fenced_recompute(*inputs):
+            return recompute_fn(*fence_for_recomputation(inputs))
+
+        init(self, fenced_recompute, *args, **kwargs)
 
     return wrapper
 
@@ -87,9 +93,9 @@ def _fenced_detach_variable(detach_variable):
 def install() -> None:
     """Fence checkpoint recomputation (idempotent)."""
     frame = torch_checkpoint._CheckpointFrame
-    if not getattr(frame.get_inputs, "_torchspmd_fenced", False):
-        frame.get_inputs = _fenced_inputs(frame.get_inputs)
-        frame.get_inputs._torchspmd_fenced = True
+    if not getattr(frame.__init__, "_torchspmd_fenced", False):
+        frame.__init__ = _fenced_frame_init(frame.__init__)
+        frame.__init__._torchspmd_fenced = True
     if not getattr(torch_checkpoint.detach_variable, "_torchspmd_fenced", False):
         torch_checkpoint.detach_variable = _fenced_detach_variable(torch_checkpoint.detach_variable)
         torch_checkpoint.detach_variable._torchspmd_fenced = True

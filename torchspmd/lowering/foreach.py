@@ -32,8 +32,9 @@ _UNARY = ("abs acos asin atan ceil cos cosh erf erfc exp expm1 floor frac lgamma
           "log2 neg reciprocal round rsqrt sigmoid sign sin sinh sqrt tan tanh trunc").split()
 
 _TABLE = {getattr(aten, f"_foreach_{n}").default: (getattr(aten, n).default, "L") for n in _UNARY}
+if hasattr(aten, "_foreach_clone"):  # PyTorch >= 2.12 (2.11 has no such op to record)
+    _TABLE[aten._foreach_clone.default] = (aten.clone.default, "L")
 _TABLE.update({
-    aten._foreach_clone.default: (aten.clone.default, "L"),
     # foreach op: (per-tensor op, spec)
     aten._foreach_add.List: (aten.add.Tensor, "LL"),
     aten._foreach_add.Scalar: (aten.add.Scalar, "LS"),

@@ -3,8 +3,8 @@
 They follow the 2-d ones of ``conv.py`` (same window arithmetic, PyTorch's output sizes,
 ``count_include_pad`` and ``divisor_override``), over the last three dims. Max pooling's
 backward scatters into the argmax ``indices`` PyTorch saved (flat per-volume positions,
-``(d * H + h) * W + w``); ``max_pool3d_with_indices`` itself reaches the device through
-PyTorch's decomposition.
+``(d * H + h) * W + w``). ``max_pool3d_with_indices`` is lowered here too: PyTorch 2.13
+decomposes it before it reaches the device, PyTorch 2.11 does not.
 """
 
 import jax
@@ -13,7 +13,8 @@ import numpy as np
 from torch import ops
 
 from torchspmd.lowering._common import opmath
-from torchspmd.lowering.conv import (_adaptive_matrix, _adaptive_windows, _avg_pool, _tup)
+from torchspmd.lowering.conv import (_adaptive_matrix, _adaptive_windows, _avg_pool, _tup,
+                                     _windows)
 from torchspmd.lowering.registry import lowers
 
 aten = ops.aten
@@ -84,6 +85,16 @@ def _max_over_windows(x, windows):
     out = jnp.take_along_axis(vals, arg[..., None], axis=-1)[..., 0]
     flat = jnp.broadcast_to(flat.reshape(flat.shape[:3] + (-1,)), vals.shape)
     return out, jnp.take_along_axis(flat, arg[..., None], axis=-1)[..., 0]
+
+
+@lowers(aten.max_pool3d_with_indices.default)
+def max_pool3d_with_indices(meta, self, kernel_size, stride=(), padding=0, dilation=1,
+                            ceil_mode=False):
+    k, p, d = _tup(kernel_size, 3), _tup(padding, 3), _tup(dilation, 3)
+    s = _tup(stride, 3) if stride else k  # an empty stride means the kernel size
+    windows = [_windows(n, *args, ceil_mode) for n, *args in zip(self.shape[-3:], k, s, p, d)]
+    out, index = _max_over_windows(self, windows)
+    return out.astype(meta[0].dtype), index.astype(meta[1].dtype)
 
 
 @lowers(aten.adaptive_max_pool3d.default)

@@ -36,8 +36,13 @@ def is_spmd() -> bool:
 
 
 def device_type() -> str:
-    """The platform: ``'CPU'``, ``'CUDA'`` or ``'TPU'``."""
-    return jax.devices()[0].platform.upper()
+    """The platform as PyTorch/XLA names it: ``'CPU'``, ``'CUDA'`` or ``'TPU'``.
+
+    JAX calls an NVIDIA GPU's platform ``gpu``; PyTorch/XLA's ``PJRT_DEVICE`` and
+    ``device_type()`` say ``CUDA``.
+    """
+    platform = jax.devices()[0].platform.upper()
+    return "CUDA" if platform == "GPU" else platform
 
 
 def addressable_device_count() -> int:
