@@ -114,15 +114,19 @@ def compiled_trainer(model: TinyTransformer, total: int, layout: Layout | None =
         opt.step()
         return loss
 
-    def step(i: int, x: torch.Tensor, y: torch.Tensor) -> float:
-        start, cpu_start = time.perf_counter(), time.thread_time()
+    def launch(i: int, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        """Start step ``i`` and return its loss without waiting for it."""
         for group in opt.param_groups:
             group["lr"] = lr_at(i, total)  # a float by hand: copied into Adam's lr scalar
         x, y = x.to(device), y.to(device)
         if layout is not None:  # uploaded straight into the batch layout
             torchspmd.mark_sharding(x, layout.mesh, layout.batch)
             torchspmd.mark_sharding(y, layout.mesh, layout.batch)
-        loss = train(x, y)
+        return train(x, y)
+
+    def step(i: int, x: torch.Tensor, y: torch.Tensor) -> float:
+        start, cpu_start = time.perf_counter(), time.thread_time()
+        loss = launch(i, x, y)
         launched, cpu = time.perf_counter(), time.thread_time() - cpu_start
         value = loss.item()
         phases.append((launched - start, time.perf_counter() - launched, cpu))
@@ -131,6 +135,7 @@ def compiled_trainer(model: TinyTransformer, total: int, layout: Layout | None =
     step.phases = phases
     step.compiled = train
     step.optimizer = opt
+    step.launch, step.wait = launch, lambda loss: loss.item()
     return step
 
 
@@ -169,24 +174,46 @@ def jax_trainer(model: TinyTransformer, total: int, heads: int, layout: Layout |
     batch_target = (jax.devices()[0] if layout is None
                     else named_sharding(layout.mesh, layout.batch))
 
-    def step(i: int, x: torch.Tensor, y: torch.Tensor) -> float:
-        start, cpu_start = time.perf_counter(), time.thread_time()
+    def launch(i: int, x: torch.Tensor, y: torch.Tensor) -> jax.Array:
+        """Start step ``i`` and return its loss without waiting for it."""
         # The batch goes host -> device inside the step, as x.to("spmd") does on the
         # other side (with a layout: straight into its batch sharding).
         x, y = jax.device_put((x.numpy(), y.numpy()), batch_target)
         lr = jt.as_lr(lr_at(i, total))
         step.last_args = (x, y, lr)
         state["params"], state["opt"], loss = train_step(state["params"], state["opt"], x, y, lr)
-        step.host.append(time.perf_counter() - start)
-        step.host_cpu.append(time.thread_time() - cpu_start)
+        return loss
+
+    def wait(loss: jax.Array) -> float:
         jax.block_until_ready((state["params"], state["opt"]))
         return float(loss)
+
+    def step(i: int, x: torch.Tensor, y: torch.Tensor) -> float:
+        start, cpu_start = time.perf_counter(), time.thread_time()
+        loss = launch(i, x, y)
+        step.host.append(time.perf_counter() - start)
+        step.host_cpu.append(time.thread_time() - cpu_start)
+        return wait(loss)
 
     step.host = []
     step.host_cpu = []  # the host thread's CPU seconds until the call returned
     step.jitted = train_step
     step.state = state
+    step.launch, step.wait = launch, wait
     return step
+
+
+def pipelined_ms(trainer, data, steps: int) -> float:
+    """Milliseconds per step when ``steps`` steps are launched back to back and only the
+    last is waited for (a loop that reads its loss every N steps): the host's work
+    overlaps the device's, so this is the device's time per step unless the host is slower.
+    ``trainer`` has ``launch``/``wait`` (``compiled_trainer``, ``jax_trainer``)."""
+    batches = list(data)[:steps]
+    start = time.perf_counter()
+    for i, (x, y) in enumerate(batches):
+        out = trainer.launch(i, x, y)
+    trainer.wait(out)
+    return (time.perf_counter() - start) / len(batches) * 1e3
 
 
 def jax_compiled(jax_step):

@@ -41,7 +41,10 @@ def _conv(x, w, stride, padding, dilation, transposed, output_padding, groups, d
     x, w = x.astype(dtype), w.astype(dtype)
     kw = dict(dimension_numbers=dn, feature_group_count=groups, precision=precision(dtype),
               preferred_element_type=opmath(dtype), rhs_dilation=dilation)
-    if not transposed and groups > 1:
+    # XLA:GPU has no integer convolutions (cuDNN's are int8 only; JAX's UNIMPLEMENTED
+    # error): integer ones are the same sums as matmuls, on every backend alike.
+    integer = not jnp.issubdtype(dtype, jnp.inexact)
+    if not transposed and (groups > 1 or integer):
         return _grouped_conv(x, w, stride, padding, dilation, groups, dtype)
     if not transposed:
         return jax.lax.conv_general_dilated(x, w, stride, [(p, p) for p in padding], **kw)
@@ -52,7 +55,7 @@ def _conv(x, w, stride, padding, dilation, transposed, output_padding, groups, d
     w = jnp.flip(w, tuple(range(2, w.ndim)))
     op = _tup(output_padding, nd)
     pads = [(d * (kk - 1) - p, d * (kk - 1) - p + o) for kk, p, d, o in zip(k, padding, dilation, op)]
-    if groups == 1 and any(s > 1 for s in stride) and jax.default_backend() == "cpu":
+    if integer or (groups == 1 and any(s > 1 for s in stride) and jax.default_backend() == "cpu"):
         # XLA:CPU's algebraic simplifier swaps the operands of some input-dilated
         # convolutions into an invalid one and aborts the process (plain-JAX repro:
         # tests/lowering/test_xla_conv_bugs.py). Dilating with an interior pad first gives
@@ -62,6 +65,8 @@ def _conv(x, w, stride, padding, dilation, transposed, output_padding, groups, d
         zero = np.zeros((), x.dtype)
         x = jax.lax.pad(x, zero, [(0, 0, 0)] * 2 + [(lo, hi, s - 1) for (lo, hi), s in zip(pads, stride)])
         pads, stride = [(0, 0)] * nd, (1,) * nd
+        if integer:  # now a plain stride-1 convolution: as matmuls (see above)
+            return _grouped_conv(x, w, stride, (0,) * nd, dilation, groups, dtype)
     return jax.lax.conv_general_dilated(x, w, (1,) * nd, pads, lhs_dilation=stride, **kw)
 
 
