@@ -25,6 +25,8 @@ UNARY = "abs acos asin atan ceil cos cosh erf erfc exp expm1 floor frac lgamma l
 def test_unary():
     xs = tensors(0.1, 0.9)
     for name in UNARY:
+        if name == "clone" and not hasattr(aten, "_foreach_clone"):
+            continue  # PyTorch 2.11 has no _foreach_clone
         check_lowering(getattr(aten, f"_foreach_{name}").default, xs, rtol=1e-4)
 
 

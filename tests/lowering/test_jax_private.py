@@ -7,6 +7,7 @@ raises ``AttributeError`` (a name gone) or ``ImportError`` (a module moved).
 import dataclasses
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 import pytest
 from jax.sharding import NamedSharding
@@ -141,3 +142,24 @@ def test_distributed_arguments_fallback_gives_the_same_arguments(monkeypatch):
     private, public = _both(monkeypatch, "distributed_arguments",
                             jax_private.distributed_arguments, ImportError)
     assert private == public == jax_private.DistributedArguments(None, 1, 0)
+
+
+@pytest.mark.parametrize("shardy", [True, False], ids=["shardy", "gspmd"])
+def test_shard_alike_built_from_internals_lays_out_alike_as_public_jax(shardy):
+    # JAX 0.11 removed jax.experimental.shard_alike; the internal route must do its job.
+    mesh = _mesh((2, 4), ("x", "y"))
+    tiled = NamedSharding(mesh, P("x", "y"))
+    a = jax.device_put(np.arange(64.0).reshape(8, 8), tiled)
+
+    def program(a):
+        b = jnp.arange(64.0).reshape(8, 8) + 1  # made inside: no layout of its own
+        return tuple(jax_private._private_shard_alike_primitive().bind(a * 2, b))
+
+    was = jax.config.jax_use_shardy_partitioner
+    jax.config.update("jax_use_shardy_partitioner", shardy)
+    try:
+        a2, b2 = jax.jit(program)(a)
+    finally:
+        jax.config.update("jax_use_shardy_partitioner", was)
+    assert b2.sharding.is_equivalent_to(tiled, 2) and a2.sharding.is_equivalent_to(tiled, 2)
+    np.testing.assert_array_equal(np.asarray(b2), np.arange(64.0).reshape(8, 8) + 1)

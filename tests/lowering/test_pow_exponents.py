@@ -22,7 +22,7 @@ def test_powers_equal_cpus_at_the_edges(exponent):
 
 def test_a_square_is_a_multiply_not_a_general_power():
     x = torch.randn(4, 8)
-    assert torch.equal(x.to(DEV).pow(2).mean(-1).cpu(), x.pow(2).mean(-1))
+    assert torch.equal(x.to(DEV).pow(2).cpu(), x.pow(2))  # x * x: exact, as on the CPU
     assert " power(" not in last_hlo()
 
 

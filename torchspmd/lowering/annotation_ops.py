@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import jax
 
+from torchspmd.lowering import jax_private
 from torchspmd.lowering.registry import lowers
 from torchspmd.lowering.xla_shardings import constraint_for
 
@@ -49,10 +50,7 @@ SHARD_ALIKE = PairAnnotationOp("shard_alike")
 
 @lowers(SHARD_ALIKE)
 def shard_alike(meta, x, y):
-    # Deferred: jax.experimental is not needed until a graph uses shard_as.
-    from jax.experimental.shard_alike import shard_alike as _shard_alike
-
-    return _shard_alike(x, y)
+    return jax_private.shard_alike(x, y)
 
 
 class ReshapingAnnotationOp(AnnotationOp):

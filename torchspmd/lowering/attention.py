@@ -24,11 +24,12 @@ import math
 import jax
 import jax.numpy as jnp
 import numpy as np
+import torch
 from torch import ops
 
 from torchspmd.lowering._common import opmath
 from torchspmd.lowering._common import outputs_like_meta as _outs
-from torchspmd.lowering.registry import lowers
+from torchspmd.lowering.registry import infers, lowers
 
 aten = ops.aten
 _HP = jax.lax.Precision.HIGHEST
@@ -59,6 +60,16 @@ def _forward(q, k, v, attn_mask, is_causal, scale):
     out = jnp.einsum("...qk,...kd->...qd", p, v, precision=_HP) / jnp.where(empty, 1, total)
     lse = jnp.where(empty, 0, row_max + jnp.log(jnp.where(empty, 1, total)))
     return out, lse[..., 0]
+
+
+@infers(aten._scaled_dot_product_flash_attention_for_cpu.default)
+def _out_and_logsumexp(query, key, value, *args, **kwargs):
+    """The output like ``query`` and the log-sum-exp over (batch, heads, queries) in
+    ``query``'s accumulation type, as the CPU kernel returns them (PyTorch 2.11's meta
+    kernel says float32 for a float64 query; 2.13's agrees with the kernel)."""
+    lse = torch.empty(query.shape[:-1], dtype=torch.float64 if query.dtype == torch.float64
+                      else torch.float32, device=query.device)
+    return query.new_empty(query.shape[:-1] + value.shape[-1:]), lse
 
 
 @lowers(aten._scaled_dot_product_flash_attention_for_cpu.default)

@@ -30,7 +30,7 @@ from jax.sharding import NamedSharding, PartitionSpec
 
 __all__ = ["device_assignment", "addressable_devices", "logical_device_ids",
            "named_sharding", "replicated_over", "TileLayout", "tile_layout", "put_shards",
-           "backends_started", "DistributedArguments", "distributed_arguments"]
+           "backends_started", "DistributedArguments", "distributed_arguments", "shard_alike"]
 
 _FALLBACK_ERRORS = (AttributeError, ImportError, TypeError)
 
@@ -264,6 +264,55 @@ def _batched_put_internals() -> tuple:
     from jax._src.interpreters.pxla import batched_device_put
 
     return batched_device_put, ShapedArray, update_aval_with_sharding
+
+
+# -- layouts alike -------------------------------------------------------------------
+
+def shard_alike(x: jax.Array, y: jax.Array) -> tuple[jax.Array, jax.Array]:
+    """``(x, y)`` unchanged, laid out alike by the partitioner (inside ``jit``).
+
+    Public JAX had this as ``jax.experimental.shard_alike`` up to 0.10 and removed it in
+    0.11; there, the same lowering is built here from JAX's internals: both values join
+    one Shardy sharding group (or, with Shardy off, GSPMD's "shard as" group).
+    """
+    try:
+        from jax.experimental.shard_alike import shard_alike as public
+    except ImportError:
+        return tuple(_private_shard_alike_primitive().bind(x, y))
+    return public(x, y)
+
+
+@functools.cache
+def _private_shard_alike_primitive():
+    import itertools
+
+    from jax._src import core, dispatch
+    from jax._src.interpreters import mlir
+    from jax._src.lib import xla_client
+    from jax._src.lib.mlir import dialects
+
+    primitive = core.Primitive("torchspmd_shard_alike")
+    primitive.multiple_results = True
+    primitive.def_impl(functools.partial(dispatch.apply_primitive, primitive))
+    primitive.def_abstract_eval(lambda x, y: (x, y))
+    groups = itertools.count()
+
+    def lower(ctx, x, y):
+        group = next(groups)
+        if jax.config.jax_use_shardy_partitioner:
+            dialects.sdy.sharding_group(x, group)
+            dialects.sdy.sharding_group(y, group)
+            return [x, y]
+        unknown = xla_client.OpSharding()
+        unknown.type = xla_client.OpSharding.Type.UNKNOWN
+        unknown.is_shard_group = True
+        unknown.shard_group_id = group
+        unknown.shard_group_type = xla_client.OpSharding.ShardGroupType.AS
+        return [mlir.wrap_with_sharding_op(ctx, v, aval, unknown, has_side_effect=True)
+                for v, aval in zip((x, y), ctx.avals_out)]
+
+    mlir.register_lowering(primitive, lower)
+    return primitive
 
 
 # -- processes -----------------------------------------------------------------------

@@ -20,7 +20,7 @@ from torch import ops
 
 from torchspmd.lowering._common import compute_in_opmath as _f, opmath
 from torchspmd.lowering._common import outputs_like_meta as _outs
-from torchspmd.lowering.registry import lowers
+from torchspmd.lowering.registry import infers, lowers
 
 aten = ops.aten
 
@@ -209,6 +209,12 @@ def _native_multi_head_attention(meta, query, key, value, embed_dim, num_head, q
     out, weights = _fast_mha(*args, embed_dim, num_head, *params, mask, mask_type)
     weights = jnp.mean(weights, axis=1) if average_attn_weights else weights
     return _outs(meta, (out, weights))
+
+
+@infers(aten._transformer_encoder_layer_fwd.default)
+def _like_src(src, *args, **kwargs):
+    """PyTorch 2.11 has no meta kernel for it: the layer keeps its input's shape."""
+    return src.new_empty(src.shape)
 
 
 @lowers(aten._transformer_encoder_layer_fwd.default)

@@ -12,7 +12,7 @@ import jax.numpy as jnp
 from jax import lax
 from torch import ops
 
-from torchspmd.lowering.registry import lowers
+from torchspmd.lowering.registry import infers, lowers
 
 aten = ops.aten
 
@@ -85,6 +85,12 @@ def cauchy(meta, x, median=0.0, sigma=1.0, *, generator=None, key):
 @lowers(aten.log_normal.default, random=True)
 def log_normal(meta, x, mean=1.0, std=2.0, *, generator=None, key):
     return jnp.exp(mean + std * _normal(key, meta)).astype(meta.dtype)
+
+
+@infers(aten._standard_gamma.default)
+def _like_alpha(alpha, generator=None):
+    """PyTorch 2.11 has no meta kernel for it: one sample per ``alpha``."""
+    return alpha.new_empty(alpha.shape)
 
 
 @lowers(aten._standard_gamma.default, random=True)

@@ -23,6 +23,11 @@ def _digamma(x):
     return jnp.where(x == 0, jnp.copysign(jnp.inf, -x), lax.digamma(x))
 
 
+def _sinc(x):
+    # sin(pi x) / (pi x) is NaN at +-inf, as in PyTorch; JAX 0.11's jnp.sinc says 0 there.
+    return jnp.where(jnp.isinf(x), jnp.nan, jnp.sinc(x))
+
+
 def _entr(x):
     return jnp.where(jnp.isnan(x), x,
                      jnp.where(x > 0, -x * jnp.log(jnp.where(x > 0, x, 1)),
@@ -57,7 +62,7 @@ _FLOAT_UNARY = {
     aten.erfc.default: lax.erfc,
     aten.erfinv.default: lax.erf_inv,
     aten.sigmoid.default: jax.nn.sigmoid,
-    aten.sinc.default: jnp.sinc,
+    aten.sinc.default: _sinc,
     aten.deg2rad.default: jnp.deg2rad,
     aten.rad2deg.default: jnp.rad2deg,
     aten.lgamma.default: lax.lgamma,
