@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 # that runs out of tests takes some of the other's (a few tests take ~30 s each).
 PYTEST_ARGS ?= -n 2 --dist worksteal
 
-.PHONY: demo test docs setup bench fuzz clean
+.PHONY: demo test docs setup bench fuzz clean test-gpu-image
 
 $(VENV)/.installed: pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)
@@ -22,6 +22,15 @@ demo: setup
 
 test: setup
 	$(PY) -m pytest $(PYTEST_ARGS) tests
+
+# The suite on the GPU machine's versions (Python 3.12, torch 2.11, JAX 0.11.2), here on
+# CPU devices: what passes here runs there. Not part of `make test`: PyPI has torch 2.11
+# only as its CUDA build (about 3 GB to download, runs on the CPU).
+GPU_IMAGE_VENV ?= .venv-gpu-image
+test-gpu-image:
+	test -x $(GPU_IMAGE_VENV)/bin/python || python3.12 -m venv $(GPU_IMAGE_VENV)
+	$(GPU_IMAGE_VENV)/bin/python -m pip install -q torch==2.11.0 jax==0.11.2 jaxlib==0.11.2 -e '.[dev]'
+	$(GPU_IMAGE_VENV)/bin/python -m pytest $(PYTEST_ARGS) tests
 
 # The documentation site (docs/, mkdocs.yml), offline and strict: a broken link or
 # reference fails the build.
