@@ -40,6 +40,20 @@ def test_spmd_names_are_torchspmds():
     assert xr.global_runtime_device_count() == torchspmd.device_count()
 
 
+@pytest.mark.parametrize("platform, runtime, hw", [("cpu", "CPU", "CPU"), ("gpu", "CUDA", "GPU"),
+                                                ("tpu", "TPU", "TPU")])
+def test_platform_names_are_pytorch_xlas(monkeypatch, platform, runtime, hw):
+    # JAX calls an NVIDIA GPU "gpu"; PyTorch/XLA's device_type() says CUDA, xla_device_hw GPU.
+    class Device:
+        pass
+
+    device = Device()
+    device.platform = platform
+    monkeypatch.setattr(xr.jax, "devices", lambda *a: [device])
+    monkeypatch.setattr(xm.jax, "devices", lambda *a: [device])
+    assert (xr.device_type(), xm.xla_device_hw(None)) == (runtime, hw)
+
+
 @pytest.mark.parametrize("name", ["xla", "xla:0"])
 @pytest.mark.parametrize("make", [
     lambda d: torch.tensor([1.0, -2.0, 3.0], device=d),
