@@ -30,6 +30,9 @@ def reset() -> None:
         step_recaptures_hyperparameters=0,  # a Python-number hyperparameter changed
         step_recaptures_check=0,  # check_every re-recordings
         step_recaptures_state=0,  # state changed outside the step (p.grad set to None...)
+        # replays that read a slot's new tensor of the same kind (new gradients after
+        # zero_grad() in gradient accumulation) instead of capturing again
+        step_slot_follows=0,
         step_check_misses=0,  # check_every found another path
         donated_bytes=0,  # buffers handed to a step that overwrote them
         # host seconds inside the XLA call of compiled steps (the rest of a call's host

@@ -74,6 +74,9 @@ class Captured:
     # (weak reference, version) per CPU tensor the step took data from (a constant of
     # the program): one changed in place since makes the step capture again
     host_reads: tuple = ()
+    # Slots that held a tensor when the step began and none when it ended
+    # (``opt.zero_grad()`` at its end): a replay empties them too
+    emptied: tuple = ()
 
 
 @dataclass
@@ -137,6 +140,8 @@ def capture(fn, args: tuple, kwargs: dict,
     captured.modes = tuple(after.modes)
     captured.group_params = tuple(after.group_params)
     captured.host_reads = tuple(rec.host_reads)
+    captured.emptied = tuple(place for place, t in after.held.items()
+                             if t is None and before.held.get(place) is not None)
     captured.warmup = _first_use(before, after)
     if not captured.warmup:
         filled = _outputs(captured, rec, before, after, flat, arg_storages)

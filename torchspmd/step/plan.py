@@ -44,6 +44,7 @@ from torchspmd.step import optim
 from torchspmd.step.capture import Captured
 from torchspmd.step.counters import counter_groups, holding_one_value, still_shared
 from torchspmd.step.recycle import Spares
+from torchspmd.step.slot_reads import SlotReads
 from torchspmd.step.routes import (ArgSource, ConstSource, RefilledSource, SlotTarget,
                                    StorageSource)
 from torchspmd.step.wiring import Wiring, wire
@@ -95,6 +96,7 @@ class Plan:
         self._unread = frozenset(i for _, followers in wiring.followers for i in followers)
         self.writes = Writes.of(captured)
         self.reads = Reads.of(captured)
+        self.slot_reads = SlotReads.of(captured, self.reads, self.writes)
         # Per refilled source, the storage the next call reads: the new tensor the last
         # call put in its slot. A new tuple after each call that launched.
         self.binding: tuple = tuple(captured.sources[i].first for i in self.reads.refilled)
@@ -127,7 +129,8 @@ class Plan:
 
     def ready(self) -> bool:
         """Whether the state is as this plan expects: every slot it fills empty, every
-        slot it reads holding the tensor it read, found through the same containers, each
+        slot it reads holding the tensor it read (or another whole tensor of its kind,
+        which the plan then reads: ``slot_reads.py``), found through the same containers, each
         tensor as trainable as it was, each module in the same mode, each optimizer group
         with the same parameters, each CPU tensor it took data from unchanged (else the
         step must be captured again)."""
@@ -153,8 +156,15 @@ class Plan:
             t = ref()
             if t is not None and t._version != version:
                 return False
-        return (_hold(reads.held) and
-                (not self.binding or _hold(zip(reads.refilled_getters, self.binding))))
+        if not _hold(reads.held):
+            # A slot the step reads holds a new tensor of the same kind (the gradients
+            # that the next first micro-batch made after ``zero_grad()``): follow it.
+            moved = self.slot_reads.moved(reads)
+            if not moved:
+                return False
+            self.reads, self.writes = self.slot_reads.rebound(reads, self.writes, moved)
+            COUNTERS["step_slot_follows"] += 1
+        return not self.binding or _hold(zip(reads.refilled_getters, self.binding))
 
     def inputs(self, args: list[SpmdTensor], first: bool = False) -> list[tuple[Node, int]]:
         """The current value of every source (the captured leaves on the first call)."""

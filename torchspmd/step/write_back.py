@@ -32,6 +32,7 @@ class Writes:
     returns: tuple  # (output, position in the flattened result)
     tensors: tuple  # per output, its target if it gets a new tensor (slot, result), else None
     slot_getters: tuple  # per slot, ``Place.getter()`` (a loop over many slots per call)
+    emptied: tuple = ()  # slots the step empties (``Captured.emptied``)
 
     @staticmethod
     def of(captured: Captured) -> "Writes":
@@ -42,7 +43,7 @@ class Writes:
             tuple((j, t) for j, t in outputs if isinstance(t, (StorageTarget, ArgTarget))),
             slots, tuple((j, t.position) for j, t in outputs if isinstance(t, ReturnTarget)),
             tuple(t if isinstance(t, (SlotTarget, ReturnTarget)) else None for t in targets),
-            tuple(t.slot.getter() for _, t in slots))
+            tuple(t.slot.getter() for _, t in slots), tuple(captured.emptied))
 
 
 @dataclass
@@ -63,6 +64,7 @@ class Replaced:
     storages: list
     held: list  # each storage's value before
     slots: list  # each slot's tensor before
+    emptied: list  # each emptied slot's tensor before
 
 
 def new_state(wiring: Wiring, writes: Writes, placed: list, values: list, exclusive: list,
@@ -125,7 +127,10 @@ def install(call: Call, writes: Writes, args: list[SpmdTensor]) -> Replaced:
     for (j, t), tensor in zip(writes.slots, slots):
         if call.tensors[j] is not tensor:
             t.slot.set(call.tensors[j])
-    return Replaced(storages, held, slots)
+    emptied = [place.get() for place in writes.emptied]
+    for place in writes.emptied:
+        place.set(None)
+    return Replaced(storages, held, slots, emptied)
 
 
 def restore(replaced: Replaced, writes: Writes) -> None:
@@ -134,6 +139,8 @@ def restore(replaced: Replaced, writes: Writes) -> None:
         storage.set(value)
     for (_, t), tensor in zip(writes.slots, replaced.slots):
         t.slot.set(tensor)
+    for place, tensor in zip(writes.emptied, replaced.emptied):
+        place.set(tensor)
 
 
 def finish(call: Call, outputs: list, writes: Writes, captured: Captured):
