@@ -29,10 +29,10 @@ from torch import ops
 
 from torchspmd.lowering._common import opmath
 from torchspmd.lowering._common import outputs_like_meta as _outs
+from torchspmd.lowering.linalg import precision
 from torchspmd.lowering.registry import infers, lowers
 
 aten = ops.aten
-_HP = jax.lax.Precision.HIGHEST
 
 
 def _scale(q, scale):
@@ -41,7 +41,7 @@ def _scale(q, scale):
 
 def _scores(q, k, attn_mask, is_causal, scale):
     """Scaled scores with the mask added (bool: False drops) and the causal triangle at -inf."""
-    scores = jnp.einsum("...qd,...kd->...qk", q, k, precision=_HP) * _scale(q, scale)
+    scores = jnp.einsum("...qd,...kd->...qk", q, k, precision=precision(q.dtype)) * _scale(q, scale)
     if attn_mask is not None:
         scores = jnp.where(attn_mask, scores, -jnp.inf) if attn_mask.dtype == jnp.bool_ \
             else scores + attn_mask.astype(scores.dtype)
@@ -57,7 +57,7 @@ def _forward(q, k, v, attn_mask, is_causal, scale):
     p = jnp.exp(scores - row_max)
     total = jnp.sum(p, axis=-1, keepdims=True)
     empty = total == 0
-    out = jnp.einsum("...qk,...kd->...qd", p, v, precision=_HP) / jnp.where(empty, 1, total)
+    out = jnp.einsum("...qk,...kd->...qd", p, v, precision=precision(p.dtype)) / jnp.where(empty, 1, total)
     lse = jnp.where(empty, 0, row_max + jnp.log(jnp.where(empty, 1, total)))
     return out, lse[..., 0]
 
@@ -90,9 +90,9 @@ def _scaled_dot_product_flash_attention_for_cpu_backward(meta, grad_out, query, 
     acc = opmath(meta[0].dtype)
     q, k, v, g, o = (t.astype(acc) for t in (query, key, value, grad_out, out))
     p = jnp.exp(_scores(q, k, attn_mask, is_causal, scale) - logsumexp.astype(acc)[..., None])
-    dp = jnp.einsum("...qd,...kd->...qk", g, v, precision=_HP)
+    dp = jnp.einsum("...qd,...kd->...qk", g, v, precision=precision(g.dtype))
     ds = p * (dp - jnp.sum(g * o, axis=-1, keepdims=True)) * _scale(q, scale)
-    dq = jnp.einsum("...qk,...kd->...qd", ds, k, precision=_HP)
-    dk = jnp.einsum("...qk,...qd->...kd", ds, q, precision=_HP)
-    dv = jnp.einsum("...qk,...qd->...kd", p, g, precision=_HP)
+    dq = jnp.einsum("...qk,...kd->...qd", ds, k, precision=precision(ds.dtype))
+    dk = jnp.einsum("...qk,...qd->...kd", ds, q, precision=precision(ds.dtype))
+    dv = jnp.einsum("...qk,...qd->...kd", p, g, precision=precision(p.dtype))
     return _outs(meta, (dq, dk, dv))

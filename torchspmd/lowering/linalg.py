@@ -5,13 +5,18 @@
 
 Numerics follow PyTorch CPU: half types (bf16/f16) multiply with float32 accumulation and are
 rounded once at the end; ``beta * self + alpha * (a @ b)`` is computed in that same dtype.
-float32/float64 matmuls ask XLA for full precision (GPU/TPU would otherwise use TF32/bf16
-passes, which PyTorch does not do by default).
+float32 matmuls follow ``torch.set_float32_matmul_precision``: ``"highest"`` (PyTorch's
+default) asks XLA for full precision (GPU/TPU would otherwise use TF32/bf16 passes),
+``"high"`` for XLA's ``HIGH`` and ``"medium"`` for its ``DEFAULT`` (TF32 on NVIDIA GPUs,
+bf16 passes on TPUs); float64 ones always use full precision. The setting is read when a
+graph is compiled and is part of its key (``runtime/graph.py``), so changing it compiles
+anew rather than reusing a program built for the other.
 """
 
 import jax
 import jax.numpy as jnp
 import numpy as np
+import torch
 from torch import ops
 
 from torchspmd.lowering._common import cast, opmath
@@ -20,9 +25,27 @@ from torchspmd.lowering.registry import lowers
 aten = ops.aten
 
 
+_FLOAT32_PRECISION = {"highest": jax.lax.Precision.HIGHEST, "high": jax.lax.Precision.HIGH,
+                      "medium": jax.lax.Precision.DEFAULT}
+
+
+def matmul_precision_setting() -> str:
+    """``torch.get_float32_matmul_precision()``: part of every graph's key."""
+    return torch.get_float32_matmul_precision()
+
+
 def precision(dtype):
-    """The XLA precision for a dot/conv over ``dtype``: full precision except for half types."""
-    return None if opmath(dtype) != np.dtype(dtype) else jax.lax.Precision.HIGHEST
+    """The XLA precision for a dot/conv over ``dtype``: none for half types (accumulated
+    in float32), the float32 setting's for float32, full precision for float64.
+
+    >>> precision(np.float64) == jax.lax.Precision.HIGHEST
+    True
+    """
+    if opmath(dtype) != np.dtype(dtype):
+        return None
+    if np.dtype(dtype) == np.float32:
+        return _FLOAT32_PRECISION.get(matmul_precision_setting(), jax.lax.Precision.HIGHEST)
+    return jax.lax.Precision.HIGHEST
 
 
 def dot(a, b, dtype, contract, batch=((), ())):

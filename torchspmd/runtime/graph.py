@@ -19,6 +19,7 @@ from dataclasses import dataclass
 
 from torchspmd.lazy.node import Node
 from torchspmd.lowering import RANDOM_OPS
+from torchspmd.lowering.linalg import matmul_precision_setting
 
 
 @dataclass
@@ -108,6 +109,8 @@ def collect(roots: list[Node], wanted: dict | None = None) -> Graph:
         key.append(position[r])
         key.extend(outs)
         key.append(-2)
+    # The lowering reads torch.set_float32_matmul_precision: another setting, another program.
+    key.append(matmul_precision_setting())
     return Graph(nodes, leaves, list(roots), outputs, tuple(key), operands, tuple(repeats))
 
 

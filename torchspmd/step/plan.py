@@ -33,6 +33,7 @@ from torchspmd.device.tensor import SpmdTensor
 from torchspmd.lazy.node import Node
 from torchspmd.lowering import RANDOM_OPS
 from torchspmd.lowering.dtypes import to_jax_dtype
+from torchspmd.lowering.linalg import matmul_precision_setting
 from torchspmd.runtime import execute, in_flight, ownership, placement, rng, transfer
 from torchspmd.runtime.cache import LRU
 from torchspmd.runtime.memory import check_fits
@@ -132,9 +133,11 @@ class Plan:
         slot it reads holding the tensor it read (or another whole tensor of its kind,
         which the plan then reads: ``slot_reads.py``), found through the same containers, each
         tensor as trainable as it was, each module in the same mode, each optimizer group
-        with the same parameters, each CPU tensor it took data from unchanged (else the
-        step must be captured again)."""
+        with the same parameters, each CPU tensor it took data from unchanged, and the
+        same ``torch.set_float32_matmul_precision`` (else the step must be captured again)."""
         optim.prepare(self.captured.optimizers)  # a float lr set by hand -> device scalar
+        if matmul_precision_setting() != self.key[-1]:  # the graph key's last item
+            return False  # torch.set_float32_matmul_precision changed since the capture
         reads = self.reads
         for get in reads.empty_getters:
             if get() is not None:
