@@ -7,6 +7,7 @@ import torch
 import torch.nn.functional as F
 
 import torchspmd
+import torchspmd.debug
 from torchspmd.debug import collectives
 
 DEVICE = torchspmd.device()
@@ -63,6 +64,24 @@ def test_bfloat16_attention_is_close_to_cpu():
     for g, e in zip(got, expected):
         assert g.dtype == torch.bfloat16
         torch.testing.assert_close(g, e, rtol=2e-2, atol=2e-2)
+
+
+def test_bfloat16_attention_multiplies_bfloat16_accumulating_in_float32():
+    # As CUDA's flash attention does (on a GPU: the tensor cores), not float32 operands.
+    q, k, v = (t.to(torch.bfloat16).to(DEVICE) for t in _qkv())
+    text = torchspmd.debug.pending_hlo([F.scaled_dot_product_attention(q, k, v, is_causal=True)])
+    types = {}  # instruction name -> its type, e.g. "bf16[2,4,8,16]{3,2,1,0}"
+    for line in text.splitlines():
+        if " = " in line:
+            name, rest = line.strip().removeprefix("ROOT ").split(" = ", 1)
+            types[name] = rest.split(" ", 1)[0]
+    dots = [line for line in text.splitlines() if " dot(" in line]
+    assert len(dots) == 2, text
+    for line in dots:
+        result, operands = line.split(" dot(")
+        names = operands.split(")", 1)[0].split(", ")
+        assert result.split(" = ")[1].startswith("f32["), line
+        assert all(types[n].startswith("bf16[") for n in names), (line, [types[n] for n in names])
 
 
 def test_grouped_query_heads_take_the_math_path_with_cpu_values():

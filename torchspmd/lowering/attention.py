@@ -35,13 +35,24 @@ from torchspmd.lowering.registry import infers, lowers
 aten = ops.aten
 
 
+def _dot(equation, a, b, dtype):
+    """``einsum(equation, a, b)`` as PyTorch's CPU kernel multiplies for inputs of ``dtype``:
+    half types round both operands to ``dtype`` (probabilities too, as its flash kernel
+    does) and accumulate in float32, which on a GPU runs on the tensor cores; float32 and
+    float64 at the precision ``linalg.precision`` gives."""
+    acc = opmath(dtype)
+    if acc == np.dtype(dtype):
+        return jnp.einsum(equation, a, b, precision=precision(acc))
+    return jnp.einsum(equation, a.astype(dtype), b.astype(dtype), preferred_element_type=acc)
+
+
 def _scale(q, scale):
     return (1 / math.sqrt(q.shape[-1])) if scale is None else scale
 
 
-def _scores(q, k, attn_mask, is_causal, scale):
+def _scores(q, k, attn_mask, is_causal, scale, dtype):
     """Scaled scores with the mask added (bool: False drops) and the causal triangle at -inf."""
-    scores = jnp.einsum("...qd,...kd->...qk", q, k, precision=precision(q.dtype)) * _scale(q, scale)
+    scores = _dot("...qd,...kd->...qk", q, k, dtype) * _scale(q, scale)
     if attn_mask is not None:
         scores = jnp.where(attn_mask, scores, -jnp.inf) if attn_mask.dtype == jnp.bool_ \
             else scores + attn_mask.astype(scores.dtype)
@@ -50,14 +61,15 @@ def _scores(q, k, attn_mask, is_causal, scale):
     return scores
 
 
-def _forward(q, k, v, attn_mask, is_causal, scale):
-    scores = _scores(q, k, attn_mask, is_causal, scale)
+def _forward(q, k, v, attn_mask, is_causal, scale, dtype):
+    """Output and log-sum-exp of inputs of ``dtype`` (given in its accumulation type)."""
+    scores = _scores(q, k, attn_mask, is_causal, scale, dtype)
     row_max = jnp.max(scores, axis=-1, keepdims=True)
     row_max = jnp.where(jnp.isneginf(row_max), 0, row_max)  # a fully masked row: exp(-inf) = 0
     p = jnp.exp(scores - row_max)
     total = jnp.sum(p, axis=-1, keepdims=True)
     empty = total == 0
-    out = jnp.einsum("...qk,...kd->...qd", p, v, precision=precision(p.dtype)) / jnp.where(empty, 1, total)
+    out = _dot("...qk,...kd->...qd", p, v, dtype) / jnp.where(empty, 1, total)
     lse = jnp.where(empty, 0, row_max + jnp.log(jnp.where(empty, 1, total)))
     return out, lse[..., 0]
 
@@ -80,7 +92,7 @@ def _scaled_dot_product_flash_attention_for_cpu(meta, query, key, value, dropout
                                   "dropout; call F.scaled_dot_product_attention instead")
     acc = opmath(meta[0].dtype)
     return _outs(meta, _forward(query.astype(acc), key.astype(acc), value.astype(acc), attn_mask, is_causal,
-                                scale))
+                                scale, meta[0].dtype))
 
 
 @lowers(aten._scaled_dot_product_flash_attention_for_cpu_backward.default)
@@ -89,10 +101,11 @@ def _scaled_dot_product_flash_attention_for_cpu_backward(meta, grad_out, query, 
     # The kernel's backward: probabilities from the saved log-sum-exp, not a fresh softmax.
     acc = opmath(meta[0].dtype)
     q, k, v, g, o = (t.astype(acc) for t in (query, key, value, grad_out, out))
-    p = jnp.exp(_scores(q, k, attn_mask, is_causal, scale) - logsumexp.astype(acc)[..., None])
-    dp = jnp.einsum("...qd,...kd->...qk", g, v, precision=precision(g.dtype))
+    dtype = meta[0].dtype
+    p = jnp.exp(_scores(q, k, attn_mask, is_causal, scale, dtype) - logsumexp.astype(acc)[..., None])
+    dp = _dot("...qd,...kd->...qk", g, v, dtype)
     ds = p * (dp - jnp.sum(g * o, axis=-1, keepdims=True)) * _scale(q, scale)
-    dq = jnp.einsum("...qk,...kd->...qd", ds, k, precision=precision(ds.dtype))
-    dk = jnp.einsum("...qk,...qd->...kd", ds, q, precision=precision(ds.dtype))
-    dv = jnp.einsum("...qk,...qd->...kd", p, g, precision=precision(p.dtype))
+    dq = _dot("...qk,...kd->...qd", ds, k, dtype)
+    dk = _dot("...qk,...qd->...kd", ds, q, dtype)
+    dv = _dot("...qk,...qd->...kd", p, g, dtype)
     return _outs(meta, (dq, dk, dv))
