@@ -7,6 +7,8 @@ else, so a JAX upgrade touches this one file. Each function first takes JAX's pr
 route (a ``_private_*`` function); where this JAX lays its internals out differently (a name gone, a signature
 changed) it falls back to public API, which gives the same result (tested one by one in
 ``tests/lowering/test_jax_private.py``), slower or, where noted, less precisely.
+``shard_alike`` goes the other way round: public JAX's up to 0.10, rebuilt from JAX's
+internals where 0.11 removed it.
 
 Checked against JAX 0.10.2 and 0.11.x (``jax/_src/sharding.py``, ``named_sharding.py``,
 ``sharding_impls.py``, ``interpreters/pxla.py``, ``core.py``, ``xla_bridge.py``,
