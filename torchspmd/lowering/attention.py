@@ -36,14 +36,12 @@ aten = ops.aten
 
 
 def _dot(equation, a, b, dtype):
-    """``einsum(equation, a, b)`` as PyTorch's CPU kernel multiplies for inputs of ``dtype``:
-    half types round both operands to ``dtype`` (probabilities too, as its flash kernel
-    does) and accumulate in float32, which on a GPU runs on the tensor cores; float32 and
-    float64 at the precision ``linalg.precision`` gives."""
-    acc = opmath(dtype)
-    if acc == np.dtype(dtype):
-        return jnp.einsum(equation, a, b, precision=precision(acc))
-    return jnp.einsum(equation, a.astype(dtype), b.astype(dtype), preferred_element_type=acc)
+    """``einsum(equation, a, b)`` as ``linalg.dot`` multiplies inputs of ``dtype``: both
+    operands in ``dtype``, accumulated in ``opmath(dtype)``. For half types that rounds
+    the probabilities too, as PyTorch's flash kernels do, and on a GPU runs on the
+    tensor cores."""
+    return jnp.einsum(equation, a.astype(dtype), b.astype(dtype), precision=precision(dtype),
+                      preferred_element_type=opmath(dtype))
 
 
 def _scale(q, scale):

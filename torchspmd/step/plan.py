@@ -359,17 +359,19 @@ class Reads:
     refilled_getters: tuple  # their slots' ``Place.getter()``
     held: tuple  # (slot getter, storage ref): the slot must still hold that storage
     empty_getters: tuple  # slots that must be empty (the step fills them)
+    held_sources: tuple  # the source of each ``held`` entry, in its order
 
     @staticmethod
     def of(captured: Captured) -> "Reads":
         sources = list(enumerate(captured.sources))
         refilled = tuple(i for i, s in sources if isinstance(s, RefilledSource))
+        held = tuple(i for i, s in sources if isinstance(s, StorageSource) and s.slot is not None)
         return Reads(
             tuple(s.value if isinstance(s, ConstSource) else None for _, s in sources),
             tuple((i, s.position) for i, s in sources if isinstance(s, ArgSource)),
             tuple((i, s.storage) for i, s in sources if isinstance(s, StorageSource)),
             refilled, tuple(captured.sources[i].slot.getter() for i in refilled),
-            tuple((s.slot.getter(), s.storage) for _, s in sources
-                  if isinstance(s, StorageSource) and s.slot is not None),
+            tuple((captured.sources[i].slot.getter(), captured.sources[i].storage) for i in held),
             tuple(o.target.slot.getter() for o in captured.outputs
-                  if isinstance(o.target, SlotTarget) and o.target.was_empty))
+                  if isinstance(o.target, SlotTarget) and o.target.was_empty),
+            held)

@@ -27,7 +27,7 @@ import weakref
 from dataclasses import dataclass
 
 from torchspmd.device.tensor import SpmdTensor
-from torchspmd.step.routes import StorageSource, StorageTarget
+from torchspmd.step.routes import StorageTarget
 
 
 @dataclass(frozen=True)
@@ -50,10 +50,8 @@ class SlotReads:
     @staticmethod
     def of(captured, reads, writes) -> "SlotReads":
         """Built with the plan, while the captured storages are alive."""
-        held = [i for i, s in enumerate(captured.sources)
-                if isinstance(s, StorageSource) and s.slot is not None]
         entries = []
-        for i in held:
+        for i in reads.held_sources:
             storage = captured.sources[i].storage()
             same = tuple(k for k, (_, t) in enumerate(writes.storages)
                          if isinstance(t, StorageTarget) and t.storage() is storage)
