@@ -58,8 +58,12 @@ def test_second_derivatives_match_the_loop_on_cpu(checkpoint):
         grads = torch.autograd.grad(out.square().sum(), list(stack.parameters()),
                                     create_graph=True)
         sum(g.square().sum() for g in grads).backward()
+    # These gradients reach ~2e3 and their small elements are differences of such terms:
+    # float32 rounds them to ~1e-4 absolute whatever the order of the sums, so the
+    # absolute tolerance scales with each gradient's largest element (~8 of its ulps).
     for (name, p), q in zip(cpu.named_parameters(), spmd.parameters()):
-        torch.testing.assert_close(q.grad.cpu(), p.grad, rtol=1e-4, atol=1e-5, msg=name)
+        torch.testing.assert_close(q.grad.cpu(), p.grad, rtol=1e-4,
+                                   atol=1e-6 * p.grad.abs().max().item(), msg=name)
 
 
 def test_transformer_blocks_train_like_the_loop():
