@@ -192,3 +192,31 @@ def test_writing_one_view_while_reading_a_disjoint_one_of_the_same_tensor_works(
     cpu[:, ::2].add_(cpu[:, 1::2])
     x[:, ::2].add_(x[:, 1::2])
     _same(x, cpu)
+
+
+@pytest.mark.parametrize("copy", [lambda x: x.copy_(x.transpose(0, 1)),
+                                  lambda x: x.view(-1)[1:].copy_(x.view(-1)[:-1]),
+                                  lambda x: x[1].__setitem__(slice(None), x.diagonal())],
+                         ids=["the transpose", "shifted by one", "a 3-d diagonal into a row"])
+def test_a_copy_whose_result_would_depend_on_cpus_order_raises_pytorchs_error(copy):
+    """``copy_`` (and ``x[i] = view``) from a view of the same tensor where an element
+    writes what another reads (fuzz seed 28, program 147: ``x[1] = x.diagonal()`` of a
+    3-d ``x``, where CPU's check gives up and its result depends on its order). PyTorch
+    raises for the first two; torchspmd raises for all three, and x keeps its value."""
+    cpu, x = _pair((3, 3, 3))
+    with pytest.raises(RuntimeError, match=OVERLAP):
+        copy(x)
+    _same(x, cpu)
+
+
+@pytest.mark.parametrize("copy", [lambda x: x[0].copy_(x[:, 0]), lambda x: x[1].copy_(x[0]),
+                                  lambda x: x.copy_(x), lambda x: x[1].copy_(x[0, 0])],
+                         ids=["a column onto the row it meets", "a disjoint row", "itself",
+                              "a broadcast row"])
+def test_a_copy_from_a_view_that_changes_nothing_it_reads_works_as_on_cpu(copy):
+    """Overlaps where no element reads a location another element changes: the result does
+    not depend on order, and equals CPU's."""
+    cpu, x = _pair((3, 3, 3))
+    copy(cpu)
+    copy(x)
+    _same(x, cpu)

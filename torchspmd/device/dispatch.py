@@ -25,7 +25,7 @@ from torchspmd.lazy.node import IDENTITY_IDS, TENSOR, Node
 from torchspmd.lazy.record import meta_of, record, record_unary
 from torchspmd.lazy.schema import functional_variant, op_schema
 from torchspmd.lazy.shapes import signature
-from torchspmd.lazy.views import reads_overwritten, view_step
+from torchspmd.lazy.views import OVERLAP_MESSAGE, reads_overwritten, view_step
 from torchspmd.lowering.annotation_ops import SHARDING_CONSTRAINT
 from torchspmd.runtime.metrics import COUNTERS
 
@@ -137,11 +137,6 @@ def _mutate(func, schema, args, kwargs):
     return shape_result(func, targets) if op_facts(func).form != "none" else None
 
 
-_OVERLAP = ("unsupported operation: some elements of the input tensor and the written-to "
-            "tensor refer to a single memory location. Please clone() the tensor before "
-            "performing the operation.")
-
-
 def _refuse_overwritten_reads(targets: list, args: tuple, kwargs: dict) -> None:
     """PyTorch's error for an in-place op that reads, through another view of the tensor it
     writes, memory the write changes (``x.add_(x[0])``; ``views.reads_overwritten``). A
@@ -161,7 +156,7 @@ def _refuse_overwritten_reads(targets: list, args: tuple, kwargs: dict) -> None:
             for handle in written.get(id(read.storage), ()):
                 if read is not handle and reads_overwritten(read.storage.meta, handle.view,
                                                             read.view):
-                    raise RuntimeError(_OVERLAP)
+                    raise RuntimeError(OVERLAP_MESSAGE)
 
 
 def _compute_checked(func, functional, args, kwargs, call_kwargs,

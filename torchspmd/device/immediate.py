@@ -25,6 +25,7 @@ from torchspmd.lazy.node import Node, TensorMeta
 from torchspmd.lazy import provenance
 from torchspmd.lazy.provenance import refuse_host_read
 from torchspmd.lazy.record import record_unary
+from torchspmd.lazy.views import OVERLAP_MESSAGE, copy_reads_overwritten
 from torchspmd.lowering.annotation_ops import SHARDING_CONSTRAINT
 
 aten = torch.ops.aten
@@ -46,6 +47,9 @@ def _copy_(dst, src, non_blocking=False):
     if not isinstance(dst, SpmdTensor):
         return dst.copy_(to_cpu(src))
     if isinstance(src, SpmdTensor):
+        if src._h.storage is dst._h.storage and copy_reads_overwritten(
+                dst._h.storage.meta, dst._h.view, src._h.view):
+            raise RuntimeError(OVERLAP_MESSAGE)  # CPU's result would depend on its order
         value = unannotated(src._h.value())  # dst keeps its own annotation, not src's
     else:
         if src.dtype != dst.dtype or src.shape != dst.shape:  # else x.to(device): as it is

@@ -157,6 +157,11 @@ def _strided_write(storage, steps: tuple, value: tuple[Node, int]) -> tuple[Node
     return base
 
 
+# PyTorch's error for an in-place op reading memory it writes through another view.
+OVERLAP_MESSAGE = ("unsupported operation: some elements of the input tensor and the written-to "
+                   "tensor refer to a single memory location. Please clone() the tensor before "
+                   "performing the operation.")
+
 # Views larger than this are not compared element by element (``reads_overwritten``,
 # ``_overlaps``).
 _COMPARED_ELEMENTS = 1 << 22
@@ -189,6 +194,42 @@ def reads_overwritten(base_meta: TensorMeta, written: tuple, read: tuple) -> boo
     if math.prod(w[0]) > _COMPARED_ELEMENTS or math.prod(r[0]) > _COMPARED_ELEMENTS:
         return False
     return np.intersect1d(_offsets(*w), _offsets(*r)).size > 0
+
+
+def copy_reads_overwritten(base_meta: TensorMeta, written: tuple, read: tuple) -> bool:
+    """Whether ``copy_`` into the view ``written`` of a storage from the view ``read`` of
+    the same storage (broadcast to ``written``'s shape) has an order-dependent result: some
+    element writes a location that another element of the copy reads, with a new value.
+
+    A lazy copy reads every element before it writes; CPU's kernel copies element by
+    element, and its own overlap check gives up on views that are not dense
+    (``x[1] = x.diagonal()`` of a 3-d ``x``). Overlaps that cannot change the result are
+    allowed, as on CPU: an element copied onto itself (``x[0] = x[:, 0]``).
+
+    Example::
+
+        >>> import torch
+        >>> meta = TensorMeta((3, 3), (3, 1), torch.float32)
+        >>> row = (view_step(aten.select.int, (0, 0)),)
+        >>> column = (view_step(aten.select.int, (1, 0)),)
+        >>> transposed = (view_step(aten.t.default, ()),)
+        >>> copy_reads_overwritten(meta, row, column), copy_reads_overwritten(meta, (), transposed)
+        (False, True)
+    """
+    if written == read:
+        return False
+    w, r = _located(base_meta, written), _located(base_meta, read)
+    if not _ranges_meet(w, r):
+        return False
+    if math.prod(w[0]) > _COMPARED_ELEMENTS or math.prod(r[0]) > _COMPARED_ELEMENTS:
+        return False
+    writes = _offsets(*w).reshape(w[0])
+    try:
+        reads = np.broadcast_to(_offsets(*r).reshape(r[0]), w[0])
+    except ValueError:  # shapes copy_ refuses: its own check raises PyTorch's error
+        return False
+    changed = writes != reads  # an element copied onto itself changes nothing
+    return bool(np.isin(writes[changed], reads).any())
 
 
 def _ranges_meet(a: tuple, b: tuple) -> bool:
