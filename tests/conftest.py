@@ -20,8 +20,9 @@ os.environ.setdefault("TORCHSPMD_COMPILATION_CACHE", str(Path(__file__).parent.p
 # compile; XLA's own (HLO) passes, the partitioner included, run as always, so the
 # programs compute the same thing (only float rounding may differ, as between backends).
 # Benchmarks and users keep XLA's default. An XLA_FLAGS that sets the level wins.
-if "xla_backend_optimization_level" not in os.environ.get("XLA_FLAGS", ""):
-    os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " --xla_backend_optimization_level=0").strip()
+_flags = os.environ.get("XLA_FLAGS", "")
+if "xla_backend_optimization_level" not in _flags:
+    os.environ["XLA_FLAGS"] = f"{_flags} --xla_backend_optimization_level=0".strip()
 
 import torchspmd  # noqa: E402,F401  (registers the device, configures JAX's 8 CPU devices)
 
