@@ -186,14 +186,8 @@ def reads_overwritten(base_meta: TensorMeta, written: tuple, read: tuple) -> boo
         >>> reads_overwritten(meta, (), row), reads_overwritten(meta, row, row)
         (True, False)
     """
-    if written == read:
-        return False
-    w, r = _located(base_meta, written), _located(base_meta, read)
-    if w == r or not _ranges_meet(w, r):
-        return False
-    if math.prod(w[0]) > _COMPARED_ELEMENTS or math.prod(r[0]) > _COMPARED_ELEMENTS:
-        return False
-    return np.intersect1d(_offsets(*w), _offsets(*r)).size > 0
+    views = _to_compare(base_meta, written, read)
+    return views is not None and np.intersect1d(_offsets(*views[0]), _offsets(*views[1])).size > 0
 
 
 def copy_reads_overwritten(base_meta: TensorMeta, written: tuple, read: tuple) -> bool:
@@ -216,13 +210,10 @@ def copy_reads_overwritten(base_meta: TensorMeta, written: tuple, read: tuple) -
         >>> copy_reads_overwritten(meta, row, column), copy_reads_overwritten(meta, (), transposed)
         (False, True)
     """
-    if written == read:
+    views = _to_compare(base_meta, written, read)
+    if views is None:
         return False
-    w, r = _located(base_meta, written), _located(base_meta, read)
-    if not _ranges_meet(w, r):
-        return False
-    if math.prod(w[0]) > _COMPARED_ELEMENTS or math.prod(r[0]) > _COMPARED_ELEMENTS:
-        return False
+    w, r = views
     writes = _offsets(*w).reshape(w[0])
     try:
         reads = np.broadcast_to(_offsets(*r).reshape(r[0]), w[0])
@@ -230,6 +221,20 @@ def copy_reads_overwritten(base_meta: TensorMeta, written: tuple, read: tuple) -
         return False
     changed = writes != reads  # an element copied onto itself changes nothing
     return bool(np.isin(writes[changed], reads).any())
+
+
+def _to_compare(base_meta: TensorMeta, written: tuple, read: tuple) -> tuple | None:
+    """The located ``(written, read)`` views of a storage when their elements must be
+    compared: distinct views whose memory ranges meet, neither larger than
+    ``_COMPARED_ELEMENTS``; else None (they cannot overlap, or are not compared)."""
+    if written == read:
+        return None
+    w, r = _located(base_meta, written), _located(base_meta, read)
+    if w == r or not _ranges_meet(w, r):
+        return None
+    if math.prod(w[0]) > _COMPARED_ELEMENTS or math.prod(r[0]) > _COMPARED_ELEMENTS:
+        return None
+    return w, r
 
 
 def _ranges_meet(a: tuple, b: tuple) -> bool:
