@@ -35,12 +35,14 @@ class StorageTouches:
     """The storages one recorded step touched.
 
     ``initial`` maps each storage that existed before the step and was read or written
-    to its value when the step began; ``written`` holds the storages the step assigned;
+    to its value when the step began; ``read`` holds those of them the step read before
+    writing them (it read that value); ``written`` holds the storages the step assigned;
     ``created`` the storages the step made.
     """
 
     def __init__(self):
         self.initial: dict = {}
+        self.read: dict = {}  # an insertion-ordered set
         self.written: dict = {}  # an insertion-ordered set
         self.created: "weakref.WeakSet" = weakref.WeakSet()
         # (weak reference, version) of each CPU tensor whose data the step took in: a
@@ -53,10 +55,12 @@ class StorageTouches:
 
 
 def touched(storage) -> None:
-    """Hook: ``storage``'s value is about to be read or replaced."""
+    """Hook: ``storage``'s value is about to be read."""
     rec = ACTIVE[0]
     if rec is not None:
         rec.touched(storage)
+        if storage in rec.initial and storage not in rec.written:
+            rec.read[storage] = None
 
 
 def wrote(storage) -> None:

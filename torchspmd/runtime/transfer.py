@@ -30,9 +30,14 @@ from torchspmd.runtime.metrics import COUNTERS
 
 def to_numpy(t: torch.Tensor) -> np.ndarray:
     """A numpy copy of CPU tensor ``t`` (bfloat16 through its bits, so nothing rounds)."""
-    t = t.detach().contiguous()
+    t = t.detach()
+    if t.is_conj() or t.is_neg():  # lazy bits numpy cannot read
+        t = t.resolve_conj().resolve_neg()
     if t.dtype == torch.bfloat16:
+        t = t.contiguous()  # viewed as int16 below, which needs unit strides
         return t.view(torch.int16).numpy().view(ml_dtypes.bfloat16).copy()
+    # One copy, in C order whatever ``t``'s strides (a batch sliced from a bigger tensor):
+    # ``contiguous()`` first would copy twice, and a batch is uploaded every step.
     return t.numpy().copy()
 
 

@@ -77,6 +77,9 @@ class Captured:
     # Slots that held a tensor when the step began and none when it ended
     # (``opt.zero_grad()`` at its end): a replay empties them too
     emptied: tuple = ()
+    # (source, weak reference to a storage): a storage the step read that held the same
+    # data as that source when captured, so the graph reads both through the source
+    aliases: list = field(default_factory=list)
 
 
 @dataclass
@@ -298,16 +301,31 @@ def _sources(captured: Captured, read: _Read) -> list[Source]:
     for node, _ in captured.graph.leaves:
         if node.host is not None:  # host data (uploaded on first use): upload it now
             upload_leaf(node)
+    # A leaf is found by its value (node and output), which the argument or storage held
+    # when the step began; else by its array. Storages the step read come first.
+    by_value: dict[tuple[int, int], Source] = {}
     by_array: dict[int, Source] = {}
-    for k, (node, index) in enumerate(read.arg_values):
+    # The other storages the step read that held the value of a source: one leaf for all
+    # (a zero-copy ``copy_`` shares a value), each replay checks they still hold what the
+    # source holds (``Plan.inputs``); one changed by hand since, the step must read it apart.
+    sharers: dict[tuple[int, int], list] = {}
+    rec = read.rec
+    held = [(value, ArgSource(k)) for k, value in enumerate(read.arg_values)]
+    held += [(rec.initial[s], s)
+             for s in (*rec.read, *(s for s in rec.initial if s not in rec.read))]
+    for (node, index), holder in held:
         if node.arrays is not None:
-            by_array.setdefault(id(node.arrays[index]), ArgSource(k))
-    for storage, (node, index) in read.rec.initial.items():
-        if node.arrays is not None:
-            by_array.setdefault(id(node.arrays[index]), storage)
+            key = (id(node), index)
+            if by_value.setdefault(key, holder) is not holder and holder in rec.read:
+                sharers.setdefault(key, []).append(holder)
+            by_array.setdefault(id(node.arrays[index]), holder)
     sources: list[Source] = []
     for node, index in captured.graph.leaves:
-        source = by_array.get(id(node.arrays[index]))
+        captured.aliases += [(len(sources), weakref.ref(storage))
+                             for storage in sharers.get((id(node), index), ())]
+        source = by_value.get((id(node), index))
+        if source is None:
+            source = by_array.get(id(node.arrays[index]))
         if source is None:
             if node.seq < read.start:
                 raise RuntimeError(

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import math
 import operator
+from itertools import compress
 import time
 import weakref
 from dataclasses import dataclass
@@ -67,6 +68,12 @@ def _filled_from_host(storage) -> None:
             and math.prod(meta.shape) == 1):
         host = np.full(meta.shape, node.scalars[0], dtype=to_jax_dtype(meta.dtype))
         storage.set(new_leaf(meta, host=host))
+
+
+def _array(value: tuple[Node, int]):
+    """The array of a graph value, None while it is pending."""
+    node, index = value
+    return node.arrays[index] if node.arrays is not None else None
 
 
 class StalePlan(Exception):
@@ -188,6 +195,11 @@ class Plan:
             values[i] = storage.value
         if pending:
             execute.materialize(pending)
+        for i, ref in reads.aliases:
+            alias = ref()
+            if alias is not None and _array(alias.value) is not _array(values[i]):
+                raise StalePlan("a tensor that shared its data with another when the step "
+                                "was captured no longer does")
         return values
 
     def __call__(self, args: list[SpmdTensor], first: bool = False) -> Launch:
@@ -218,8 +230,7 @@ class Plan:
         if self.compiled is None:
             self._compile(donated, kept, spare_arrays, vectors)
         outputs = self._launch(call, args, (donated, kept, spare_arrays, *vectors))
-        COUNTERS["donated_bytes"] += recycled + sum(
-            n for n, alone in zip(self._donated_bytes, exclusive) if alone)
+        COUNTERS["donated_bytes"] += recycled + sum(compress(self._donated_bytes, exclusive))
         in_flight.release_later((values, arrays, donated, spare_arrays))
         return Launch(call, outputs)
 
@@ -235,8 +246,9 @@ class Plan:
             raise
         COUNTERS["step_call_s"] += time.perf_counter() - start
         COUNTERS["executions"] += 1
-        self.binding = tuple(weakref.ref(call.tensors[self.captured.sources[i].output]
-                                         .handle.storage) for i in self.reads.refilled)
+        if self.reads.refilled:
+            self.binding = tuple(weakref.ref(call.tensors[self.captured.sources[i].output]
+                                             .handle.storage) for i in self.reads.refilled)
         in_flight.note_in_flight(outputs[:1])
         return outputs
 
@@ -360,6 +372,7 @@ class Reads:
     held: tuple  # (slot getter, storage ref): the slot must still hold that storage
     empty_getters: tuple  # slots that must be empty (the step fills them)
     held_sources: tuple  # the source of each ``held`` entry, in its order
+    aliases: tuple  # (source, storage ref): must still hold the source's array
 
     @staticmethod
     def of(captured: Captured) -> "Reads":
@@ -374,4 +387,4 @@ class Reads:
             tuple((captured.sources[i].slot.getter(), captured.sources[i].storage) for i in held),
             tuple(o.target.slot.getter() for o in captured.outputs
                   if isinstance(o.target, SlotTarget) and o.target.was_empty),
-            held)
+            held, tuple(captured.aliases))

@@ -69,7 +69,22 @@ def signature(args: tuple, kwargs: dict, flat: tuple | None = None) -> tuple[Key
                     "neither a tensor nor hashable, so it cannot key the step's cache; pass "
                     "tensors, numbers, strings or tuples, or read it from a closure") from None
             key.append((type(leaf), leaf))
+    if len(tensors) > 1:
+        key.append(_sharing(tensors))
     return Key(tuple(key)), tensors
+
+
+def _sharing(tensors: list[SpmdTensor]) -> tuple[int, ...] | None:
+    """Per tensor argument, the first one holding the same data (``step(x, x)``), or None
+    if no two do: a step captured reading one leaf for both must not be replayed with
+    two different tensors."""
+    first: dict[int, int] = {}
+    found = []
+    for k, t in enumerate(tensors):
+        node, index = t.handle.value()
+        data = node.arrays[index] if node.arrays is not None else t.handle.storage
+        found.append(first.setdefault(id(data), k))
+    return tuple(found) if len(first) < len(tensors) else None
 
 
 def _autocast() -> tuple | None:
