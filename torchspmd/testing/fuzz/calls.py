@@ -14,7 +14,8 @@ programs do around their ops, each of which must leave every value as CPU has it
   ``OutOfMemoryError``; the failed tensor stays alive and must not spoil later work;
 - ``xs.attempt(fn)``: an op that raises (on both sides), after which work goes on;
 - ``xs.conv_grads(...)``: a (grouped) convolution with its input and weight gradients;
-- ``xs.compile(fn)``: ``torchspmd.compile`` on the device.
+- ``xs.compile(fn)``: ``torchspmd.compile`` on the device;
+- ``xs.edit_state(opt)``, ``xs.edit_parameter(model)``: state changed by hand between steps.
 
 Example::
 
@@ -137,6 +138,22 @@ class CpuCalls:
     @staticmethod
     def compile(fn):
         return fn
+
+    @staticmethod
+    def edit_state(opt: torch.optim.Optimizer) -> None:
+        """Change the first parameter's optimizer state by hand: a counter +3, each other
+        tensor halved (the same on both sides)."""
+        with torch.no_grad():
+            for state in list(opt.state.values())[:1]:
+                for value in state.values():
+                    if torch.is_tensor(value):
+                        value.add_(3) if value.dim() == 0 else value.mul_(0.5)
+
+    @staticmethod
+    def edit_parameter(model: torch.nn.Module) -> None:
+        """Halve the first parameter by hand."""
+        with torch.no_grad():
+            next(model.parameters()).mul_(0.5)
 
 
 class SpmdCalls(CpuCalls):

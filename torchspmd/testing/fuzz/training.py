@@ -4,7 +4,10 @@ The model (Linear, an activation, maybe LayerNorm, Linear), its parameters' and 
 batch's shardings, the optimizer (SGD with momentum, Adam, AdamW), a learning-rate
 schedule, and what happens between steps (reads, a checkpoint saved and loaded back into
 the parameters, an op that fails, a step that runs out of memory) are drawn at random.
-The step is ``torchspmd.compile``-d or runs lazily with ``sync()``. Every parameter, its
+The step is ``torchspmd.compile``-d or runs lazily with ``sync()``; it gets the same batch,
+two batches in turn, or one tensor as input and target then two; between steps the
+program may change a hyperparameter, the learning rate, the optimizer's state or a
+parameter by hand. Every parameter, its
 gradient and the last loss are compared with CPU's. Example::
 
     >>> program = training_program(rng, builder)   # lines written into ``builder``
@@ -35,7 +38,32 @@ def _between_steps(rng: random.Random) -> list[str]:
         lines.append("xs.attempt(lambda: model(torch.ones(1, 3, device=dev)))")
     if rng.random() < 0.1:
         lines.append("oom = xs.out_of_memory()")
+    # Changes by hand: a hyperparameter (the step is captured again), the learning rate
+    # as a Python float, the optimizer's state, a parameter.
+    if rng.random() < 0.15:
+        lines.append('for g in opt.param_groups: g["weight_decay"] = 0.01 * (step + 1)')
+    if rng.random() < 0.15:
+        lines.append('for g in opt.param_groups: g["lr"] = g["lr"] * 0.5')
+    if rng.random() < 0.15:
+        lines.append("xs.edit_state(opt)")
+    if rng.random() < 0.15:
+        lines.append("xs.edit_parameter(model)")
     return lines
+
+
+def _step_arguments(b, rng: random.Random, mesh, x: str, y: str, x_spec) -> str:
+    """The step's arguments each iteration: the same batch; two batches in turn; or, when
+    the shapes allow, the input passed as the target too on every other step (one tensor
+    for both, then two)."""
+    kind = rng.choice(("same", "alternate", "twice"))
+    if kind == "twice" and b.env[x].shape == b.env[y].shape:
+        return f"{x}, ({x}, {y})[step % 2]"
+    if kind == "same":
+        return f"{x}, {y}"
+    x2 = b.fresh(tuple(b.env[x].shape), torch.float32)
+    if x_spec is not None:
+        b.emit(f"xs.mark_sharding({x2}, {mesh.name}, {rng.choice((x_spec, b.spec(mesh, 2)))!r})")
+    return f"({x}, {x2})[step % 2], {y}"
 
 
 def training_program(b, rng: random.Random) -> None:
@@ -59,8 +87,9 @@ def training_program(b, rng: random.Random) -> None:
         b.emit("sched = torch.optim.lr_scheduler.StepLR(opt, 1, gamma=0.5)")
     x = b.fresh((batch, width_in), torch.float32)
     y = b.fresh((batch, width_out), torch.float32)
-    if rng.random() < 0.7:
-        b.emit(f"xs.mark_sharding({x}, {mesh.name}, {b.spec(mesh, 2)!r})")
+    x_spec = b.spec(mesh, 2) if rng.random() < 0.7 else None
+    if x_spec is not None:
+        b.emit(f"xs.mark_sharding({x}, {mesh.name}, {x_spec!r})")
     b.emit("def train_step(x, y):\n"
            "    opt.zero_grad()\n"
            "    loss = torch.nn.functional.mse_loss(model(x / 4), y / 4)\n"
@@ -69,7 +98,7 @@ def training_program(b, rng: random.Random) -> None:
            "    return loss")
     compiled = rng.random() < 0.7
     b.emit("step_fn = xs.compile(train_step)" if compiled else "step_fn = train_step")
-    body = [f"loss = step_fn({x}, {y})"]
+    body = [f"loss = step_fn({_step_arguments(b, rng, mesh, x, y, x_spec)})"]
     if not compiled:
         body.append("xs.sync()")
     if scheduled:
