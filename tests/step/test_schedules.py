@@ -108,3 +108,40 @@ def test_one_cycle_momentum_changes_adams_betas_each_step_as_on_cpu():
     torch.testing.assert_close(losses, expected, rtol=1e-5, atol=1e-6)
     assert_params_close(model, cpu_model)
     assert xs.metrics()["step_recaptures_hyperparameters"] > before
+
+
+def _stepping_inside(make_opt, change):
+    """A compiled step that runs ``change(opt, sched)`` after its optimizer step."""
+    model = mlp(DEVICE)
+    opt = make_opt(model.parameters())
+    sched = torch.optim.lr_scheduler.StepLR(opt, step_size=1, gamma=0.5)
+
+    @xs.compile
+    def step(x, y):
+        loss = train_step(model, opt)(x, y)
+        change(opt, sched)
+        return loss
+
+    return step, opt
+
+
+@pytest.mark.parametrize("make_opt", [lambda p: torch.optim.SGD(p, lr=0.1, momentum=0.9),
+                                      lambda p: torch.optim.Adam(p, lr=0.1)],
+                         ids=["SGD", "Adam"])
+def test_a_scheduler_stepped_inside_the_step_is_refused_by_name(make_opt):
+    """A replay runs no Python: the schedule would stop at the capture's lr."""
+    step, opt = _stepping_inside(make_opt, lambda opt, sched: sched.step())
+    with pytest.raises(xs.step.HostStateError, match=r"advanced the learning-rate scheduler "
+                                                     r"StepLR.*outside the compiled step"):
+        step(*on_device(*batches(1)[0]))
+    assert float(opt.param_groups[0]["lr"]) == pytest.approx(0.05)  # the call ran, once
+
+
+def test_a_hyperparameter_set_inside_the_step_is_refused_by_name():
+    def halve(opt, sched):
+        opt.param_groups[0]["momentum"] = 0.5
+
+    step, _ = _stepping_inside(lambda p: torch.optim.SGD(p, lr=0.1, momentum=0.9), halve)
+    with pytest.raises(xs.step.HostStateError, match=r"changed its optimizer's 'momentum' in "
+                                                     r"param group 0 \(0.9 -> 0.5\)"):
+        step(*on_device(*batches(1)[0]))

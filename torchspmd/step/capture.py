@@ -112,6 +112,7 @@ def capture(fn, args: tuple, kwargs: dict,
     sync()
     before = find_places(fn, args, kwargs)
     arg_values = [t.handle.storage.value for t in tensors]
+    python_state = _PythonState.of(before)
     start = Node(None).seq  # nodes made from here on belong to the step
     with provenance.recording() as rec, _traced_as_by_torch_compile():
         outer = index_checks.take_flag()
@@ -123,6 +124,7 @@ def capture(fn, args: tuple, kwargs: dict,
     # The step's index-range flag is one more result: ``CompiledStep`` takes it off again.
     result = (result, None if flag is None else flag.tensor)
     after = find_places(fn, args, kwargs)
+    python_state.check()
     _check_rebinding(before)
     _check_host_state(before)
     arg_storages = {t.handle.storage: k for k, t in enumerate(tensors)}
@@ -218,6 +220,43 @@ def _check_rebinding(before: Places) -> None:
                 "would silently keep its old value). Update it in place (t.copy_(new), "
                 "t.add_(x)), keep it as a module attribute or buffer, or return it from the "
                 "step and assign it outside.")
+
+
+@dataclass(frozen=True)
+class _PythonState:
+    """The optimizers' Python-number hyperparameters and each scheduler's epoch before a
+    step: one the step changes (``sched.step()`` or ``group["lr"] = ...`` inside it)
+    would change at the capture only, as a replay runs no Python."""
+
+    optimizers: list
+    hyper: tuple
+    epochs: tuple  # (scheduler, its last_epoch)
+
+    @staticmethod
+    def of(places: Places) -> "_PythonState":
+        return _PythonState(places.optimizers, optim.hyperparameters(places.optimizers),
+                            tuple((s, s.last_epoch) for s in places.schedulers))
+
+    def check(self) -> None:
+        """Raise :class:`HostStateError` naming what the step changed, if it did."""
+        for scheduler, epoch in self.epochs:
+            if scheduler.last_epoch != epoch:
+                name = type(scheduler).__name__
+                raise HostStateError(
+                    f"torchspmd.compile: the step advanced the learning-rate scheduler {name} "
+                    "(its step() ran inside the step). A replay runs only the device program, "
+                    "so the schedule would stop at this call's learning rate. Call the "
+                    f"scheduler's step() outside the compiled step, after each call.")
+        before = {(i, group, key): old for i, group, key, old in self.hyper}
+        for i, group, key, new in optim.hyperparameters(self.optimizers):
+            old = before.get((i, group, key), new)
+            if old != new:
+                raise HostStateError(
+                    f"torchspmd.compile: the step changed its optimizer's {key!r} in param "
+                    f"group {group} ({old!r} -> {new!r}) in Python. A replay runs only the "
+                    "device program, so the change would happen at this call only. Change "
+                    "hyperparameters outside the compiled step (between calls; a new value "
+                    "then captures the step again, or for Adam's lr travels as data).")
 
 
 def _check_host_state(before: Places) -> None:

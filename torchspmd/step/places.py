@@ -94,6 +94,9 @@ class Places:
         # CPU tensors in the walked slots (a counter in an optimizer's state, a module's
         # CPU attribute): a step that changes one does something a replay cannot redo.
         self.host: dict[Place, HostTensor] = {}
+        # Learning-rate schedulers reached: one the step advances (``sched.step()``
+        # inside it) would advance at the capture only.
+        self.schedulers: list[torch.optim.lr_scheduler.LRScheduler] = []
 
     def note_host(self, place: Place, value, name: str, hint: str = "") -> None:
         """Note ``value`` if it is a CPU tensor, with its version now."""
@@ -214,6 +217,7 @@ def _visit(obj, places: Places, seen: set[int], depth: int) -> None:
         if any(isinstance(p, SpmdTensor) for g in obj.param_groups for p in g["params"]):
             _visit_optimizer(obj, places, seen, depth)
     elif isinstance(obj, torch.optim.lr_scheduler.LRScheduler):
+        places.schedulers.append(obj)
         _visit(obj.optimizer, places, seen, depth + 1)
     elif isinstance(obj, dict):
         _visit_items(obj, obj.items(), places, seen, depth, settable=True)

@@ -15,7 +15,8 @@ programs do around their ops, each of which must leave every value as CPU has it
 - ``xs.attempt(fn)``: an op that raises (on both sides), after which work goes on;
 - ``xs.conv_grads(...)``: a (grouped) convolution with its input and weight gradients;
 - ``xs.compile(fn)``: ``torchspmd.compile`` on the device;
-- ``xs.edit_state(opt)``, ``xs.edit_parameter(model)``: state changed by hand between steps.
+- ``xs.set_weight_decay(opt, v)``, ``xs.edit_state(opt)``, ``xs.edit_parameter(model)``: a
+  hyperparameter, optimizer state or a parameter changed by hand between steps.
 
 Example::
 
@@ -138,6 +139,12 @@ class CpuCalls:
     @staticmethod
     def compile(fn):
         return fn
+
+    @staticmethod
+    def set_weight_decay(opt: torch.optim.Optimizer, value: float) -> None:
+        """A hyperparameter set by hand (a compiled step is captured again)."""
+        for group in opt.param_groups:
+            group["weight_decay"] = value
 
     @staticmethod
     def edit_state(opt: torch.optim.Optimizer) -> None:

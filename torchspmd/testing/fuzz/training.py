@@ -40,8 +40,8 @@ def _between_steps(rng: random.Random) -> list[str]:
         lines.append("oom = xs.out_of_memory()")
     # Changes by hand: a hyperparameter (the step is captured again), the learning rate
     # as a Python float, the optimizer's state, a parameter.
-    if rng.random() < 0.15:
-        lines.append('for g in opt.param_groups: g["weight_decay"] = 0.01 * (step + 1)')
+    if rng.random() < 0.15:  # once: later calls replay the step captured with it
+        lines.append("if step == 1: xs.set_weight_decay(opt, 0.05)")
     if rng.random() < 0.15:
         lines.append('for g in opt.param_groups: g["lr"] = g["lr"] * 0.5')
     if rng.random() < 0.15:
@@ -53,11 +53,11 @@ def _between_steps(rng: random.Random) -> list[str]:
 
 def _step_arguments(b, rng: random.Random, mesh, x: str, y: str, x_spec) -> str:
     """The step's arguments each iteration: the same batch; two batches in turn; or, when
-    the shapes allow, the input passed as the target too on every other step (one tensor
-    for both, then two)."""
+    the shapes allow, the input passed as the target too for two steps (the first may be a
+    warm-up, the second captured), then two tensors."""
     kind = rng.choice(("same", "alternate", "twice"))
     if kind == "twice" and b.env[x].shape == b.env[y].shape:
-        return f"{x}, ({x}, {y})[step % 2]"
+        return f"{x}, ({x}, {y})[step >= 2]"
     if kind == "same":
         return f"{x}, {y}"
     x2 = b.fresh(tuple(b.env[x].shape), torch.float32)
