@@ -103,6 +103,47 @@ def test_model_eval_and_train_between_calls_switch_dropout_as_on_cpu():
     assert step(x.to(DEVICE)).item() == evaluated
 
 
+def test_steps_that_set_the_mode_themselves_replay_in_turn_and_leave_it_set():
+    """``model.train()`` in a training step and ``model.eval()`` in an evaluation step:
+    each replays (a plan per mode the call starts in) and leaves the mode as its Python
+    would, though a replay runs none."""
+    torch.manual_seed(0)
+    cpu_model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.Dropout(0.5),
+                                    torch.nn.Linear(16, 4))
+    model = copy.deepcopy(cpu_model).to(DEVICE)
+    cpu_opt, opt = _adam(cpu_model.parameters()), _adam(model.parameters())
+
+    def sides(m, o):
+        def train(x, y):
+            m.train()
+            o.zero_grad()
+            loss = torch.nn.functional.mse_loss(m[0](x), y.repeat(1, 4))  # no dropout
+            loss.backward()
+            o.step()
+            return loss
+
+        def evaluate(x):
+            m.eval()
+            with torch.no_grad():
+                return m(x).sum()
+
+        return train, evaluate
+
+    cpu_train, cpu_eval = sides(cpu_model, cpu_opt)
+    train, evaluate = (xs.compile(f) for f in sides(model, opt))
+    captures = xs.metrics()["step_captures"]
+    for x, y in batches(8):
+        cpu_train(x, y)
+        train(*on_device(x, y))
+        assert model.training
+        torch.testing.assert_close(evaluate(x.to(DEVICE)).item(), cpu_eval(x).item(),
+                                   rtol=1e-5, atol=1e-5)
+        assert not model.training
+    assert_params_close(model, cpu_model)
+    # Adam's warm-up, a training plan per starting mode, an evaluation plan: then replays.
+    assert xs.metrics()["step_captures"] - captures <= 4
+
+
 def test_a_new_optimizer_bound_to_the_steps_variable_is_the_one_the_next_call_uses():
     cpu_model, model = mlp("cpu"), mlp(DEVICE)
     cpu_opt, opt = _adam(cpu_model.parameters()), _adam(model.parameters())

@@ -70,7 +70,11 @@ class Captured:
     grad_modes: tuple = ()
     # (an optimizer group's params list, its parameters then): one added changes the step
     group_params: tuple = ()
-    modes: tuple = ()  # (module, training): ``model.eval()`` changes the step
+    # (module, training) when the step began: ``model.eval()`` outside changes the step
+    modes: tuple = ()
+    # (module, training) the step left changed (``model.train()`` inside it): a replay
+    # sets them as the step's Python did
+    mode_changes: tuple = ()
     # (weak reference, version) per CPU tensor the step took data from (a constant of
     # the program): one changed in place since makes the step capture again
     host_reads: tuple = ()
@@ -142,7 +146,10 @@ def capture(fn, args: tuple, kwargs: dict,
     captured.grad_modes = tuple((t, t.requires_grad) for t in after.held.values()
                                 if isinstance(t, torch.nn.Parameter) or (
                                     t is not None and t.requires_grad))
-    captured.modes = tuple(after.modes)
+    captured.modes = tuple(before.modes)
+    began = {id(module): training for module, training in before.modes}
+    captured.mode_changes = tuple((module, training) for module, training in after.modes
+                                  if began.get(id(module), training) != training)
     captured.group_params = tuple(after.group_params)
     captured.host_reads = tuple(rec.host_reads)
     captured.emptied = tuple(place for place, t in after.held.items()

@@ -230,6 +230,8 @@ class Plan:
         if self.compiled is None:
             self._compile(donated, kept, spare_arrays, vectors)
         outputs = self._launch(call, args, (donated, kept, spare_arrays, *vectors))
+        for module, training in self.captured.mode_changes:  # ``model.train()`` in the step
+            module.training = training
         COUNTERS["donated_bytes"] += recycled + sum(compress(self._donated_bytes, exclusive))
         in_flight.release_later((values, arrays, donated, spare_arrays))
         return Launch(call, outputs)
