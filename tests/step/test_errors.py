@@ -65,6 +65,52 @@ def test_rebinding_a_closure_tensor_raises():
         xs.compile(step)(torch.ones(3).to(DEVICE))
 
 
+calls = 0
+
+
+def test_rebinding_a_global_number_raises_instead_of_freezing_it():
+    """A replay runs no Python: the counter would stay 1 and the branch on it frozen."""
+    weight = torch.ones(3).to(DEVICE)
+
+    @xs.compile
+    def step(x):
+        global calls
+        calls += 1
+        weight.mul_(2.0 if calls % 2 else 0.5)
+        return weight.sum()
+
+    with pytest.raises(RebindingError, match=r"'calls', a Python number \(0 -> 1\)"):
+        step(torch.ones(3).to(DEVICE))
+
+
+def test_rebinding_a_closure_number_raises():
+    first = True
+
+    def step(x):
+        nonlocal first
+        out = x * 2 if first else x
+        first = False
+        return out
+
+    with pytest.raises(RebindingError, match=r"closure variable.*\(True -> False\)"):
+        xs.compile(step)(torch.ones(3).to(DEVICE))
+
+
+def test_a_number_the_step_sets_back_before_it_ends_is_fine():
+    depth = 0
+
+    def step(x):
+        nonlocal depth
+        depth += 1
+        out = x * depth
+        depth -= 1
+        return out
+
+    step = xs.compile(step)
+    for _ in range(3):
+        torch.testing.assert_close(step(torch.ones(3).to(DEVICE)).cpu(), torch.ones(3))
+
+
 def test_updating_a_global_tensor_in_place_is_replayed():
     counter = torch.zeros(()).to(DEVICE)
 

@@ -217,16 +217,29 @@ def _held_by(before: Places) -> dict:
 
 
 def _check_rebinding(before: Places) -> None:
-    """A global or closure variable that held a tensor must hold it still."""
+    """A global or closure variable that held a tensor (or a Python number) must hold it
+    still."""
     for place, old in before.rebindable.items():
-        if place.get() is not old:
-            name = place.key if place.item else "a closure variable"
+        now = place.get()
+        if now is old:
+            continue
+        name = place.key if place.item else "a closure variable"
+        if not isinstance(old, SpmdTensor):
+            if type(now) is type(old) and now == old:
+                continue
             raise RebindingError(
-                f"torchspmd.compile: the step rebound {name!r}, which held a tensor before the "
-                "step. A replay runs no Python, so the new tensor would be lost (the name "
-                "would silently keep its old value). Update it in place (t.copy_(new), "
-                "t.add_(x)), keep it as a module attribute or buffer, or return it from the "
-                "step and assign it outside.")
+                f"torchspmd.compile: the step rebound {name!r}, a Python number "
+                f"({old!r} -> {now!r}). A replay runs no Python, so the number would keep "
+                "this value and later calls would compute as this one did. Pass the number "
+                "as an argument (each new value captures the step again), keep it in a 0-d "
+                "tensor on the device updated in place (t.add_(1)), or change it outside "
+                "the step.")
+        raise RebindingError(
+            f"torchspmd.compile: the step rebound {name!r}, which held a tensor before the "
+            "step. A replay runs no Python, so the new tensor would be lost (the name "
+            "would silently keep its old value). Update it in place (t.copy_(new), "
+            "t.add_(x)), keep it as a module attribute or buffer, or return it from the "
+            "step and assign it outside.")
 
 
 @dataclass(frozen=True)

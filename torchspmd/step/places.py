@@ -24,6 +24,7 @@ import torch
 from torchspmd.device.tensor import SpmdTensor
 
 MAX_DEPTH = 6  # how deep find_places looks from a root
+_NUMBERS = (int, float, bool, complex)
 _SKIPPED_TYPES = (types.ModuleType, types.FunctionType, types.BuiltinFunctionType, type,
                   types.MethodType, str, bytes, int, float, bool, type(None), torch.device,
                   torch.dtype)
@@ -81,7 +82,9 @@ class Places:
     def __init__(self):
         self.held: dict[Place, Any] = {}  # place -> tensor or None
         self.optimizers: list[torch.optim.Optimizer] = []
-        self.rebindable: dict[Place, Any] = {}  # closure cells and globals holding tensors
+        # Closure cells and globals holding tensors or Python numbers (a step rebinding one
+        # would do so at its capture only)
+        self.rebindable: dict[Place, Any] = {}
         # Containers of walked slots and the slot holding each (``opt.state[p]`` in
         # ``opt.state``, a submodule in its parent): a replay finds its slots through
         # these, so one replaced (``load_state_dict``, a new submodule) means capture again.
@@ -142,7 +145,8 @@ def find_places(fn: Callable, args: tuple, kwargs: dict) -> Places:
     for value in (*args, *kwargs.values()):
         _visit(value, places, seen, 0)
     for root in _roots(fn):
-        if isinstance(root.value, SpmdTensor) and root.place is not None:
+        if root.place is not None and (isinstance(root.value, SpmdTensor)
+                                       or type(root.value) in _NUMBERS):
             places.rebindable[root.place] = root.value
         elif root.place is not None and isinstance(root.value, torch.Tensor):
             places.note_host(root.place, root.value, root.name)
