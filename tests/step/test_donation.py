@@ -1,5 +1,7 @@
 """Buffer donation: state the step overwrites gives its buffer to the step, unless another
-tensor still holds that buffer (then the step gets a copy and the other tensor is intact)."""
+tensor still holds that buffer (then the step gets a copy and the other tensor is intact),
+or the step itself hands that buffer to another tensor (``old.copy_(w)`` before ``w`` is
+updated: then the buffer is kept, and ``old`` holds it)."""
 
 import weakref
 
@@ -97,6 +99,24 @@ def test_a_zero_copy_alias_of_a_parameter_keeps_its_value():
         step(*on_device(x, y))
     torch.testing.assert_close(alias.cpu(), expected)
     assert not torch.equal(weight.detach().cpu(), expected)
+
+
+def test_a_snapshot_taken_in_the_step_before_an_update_keeps_the_old_value():
+    def run(device, compiled: bool) -> list[float]:
+        w, old = torch.arange(3.0).to(device), torch.zeros(3).to(device)
+
+        def step(x):
+            old.copy_(w)  # zero-copy: old takes w's buffer as it is
+            w.mul_(2).add_(x)
+            return w.sum()
+
+        step = xs.compile(step) if compiled else step
+        seen = []
+        for i in range(4):
+            seen += [float(step(torch.full((3,), float(i)).to(device))), *old.cpu().tolist()]
+        return seen + w.cpu().tolist()
+
+    assert run(DEVICE, compiled=True) == run("cpu", compiled=False)
 
 
 def test_a_view_of_a_parameter_read_between_steps_follows_its_updates():

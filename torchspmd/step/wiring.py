@@ -83,8 +83,11 @@ def wire(captured: Captured, shared: tuple[CounterGroup, ...] = ()) -> Wiring:
     holds its array), returned once."""
     origins, sigs, count = _origins(captured)
     origins, dropped = _lead(origins, shared)
-    donated = tuple(i for i in _donated(captured)
-                    if not any(i in group.sources for group in shared))
+    # An input handed back unchanged (``old.copy_(w)`` before ``w`` is updated: ``old``
+    # takes w's array as it is) stays alive after the call: it is not donated.
+    handed_back = {o.source for o in origins if isinstance(o, FromInput)}
+    donated = tuple(i for i in _donated(captured) if i not in handed_back
+                    and not any(i in group.sources for group in shared))
     spares = _spares(captured, origins)
     spare_flats = tuple(origins[j].flat for j in spares)
     order = _order(captured, origins, donated, spare_flats, count, dropped)
