@@ -101,9 +101,14 @@ def test_a_zero_copy_alias_of_a_parameter_keeps_its_value():
     assert not torch.equal(weight.detach().cpu(), expected)
 
 
-def test_a_snapshot_taken_in_the_step_before_an_update_keeps_the_old_value():
+@pytest.mark.parametrize("sharded", [False, True])
+def test_a_snapshot_taken_in_the_step_before_an_update_keeps_the_old_value(sharded):
+    """``copy_`` from an annotated tensor hands over its data as a new leaf: the same."""
+
     def run(device, compiled: bool) -> list[float]:
-        w, old = torch.arange(3.0).to(device), torch.zeros(3).to(device)
+        w, old = torch.arange(8.0).to(device), torch.zeros(8).to(device)
+        if sharded and compiled:
+            xs.mark_sharding(w, xs.Mesh(list(range(8)), (8,)), (0,))
 
         def step(x):
             old.copy_(w)  # zero-copy: old takes w's buffer as it is
@@ -113,7 +118,7 @@ def test_a_snapshot_taken_in_the_step_before_an_update_keeps_the_old_value():
         step = xs.compile(step) if compiled else step
         seen = []
         for i in range(4):
-            seen += [float(step(torch.full((3,), float(i)).to(device))), *old.cpu().tolist()]
+            seen += [float(step(torch.full((8,), float(i)).to(device))), *old.cpu().tolist()]
         return seen + w.cpu().tolist()
 
     assert run(DEVICE, compiled=True) == run("cpu", compiled=False)

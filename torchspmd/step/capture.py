@@ -115,6 +115,7 @@ def capture(fn, args: tuple, kwargs: dict,
     optim.prepare(before.optimizers, capturing=True)
     sync()
     before = find_places(fn, args, kwargs)
+    _upload_host_data(before)
     arg_values = [t.handle.storage.value for t in tensors]
     python_state = _PythonState.of(before)
     start = Node(None).seq  # nodes made from here on belong to the step
@@ -214,6 +215,18 @@ def _held_by(before: Places) -> dict:
         if t is not None and not t.handle.view:
             held_by.setdefault(t.handle.storage, place)
     return held_by
+
+
+def _upload_host_data(places: Places) -> None:
+    """State still holding the CPU data it was made from goes to the devices now, as it
+    would when first read: a step may also hand that data to another tensor (``copy_``
+    from an annotated tensor makes a new leaf over it), which must be the same device
+    data for the replay to find its source."""
+    for t in (*places.held.values(), *places.rebindable.values()):
+        if isinstance(t, SpmdTensor) and not t.handle.view:
+            node = t.handle.storage.value[0]
+            if node.host is not None:
+                upload_leaf(node)
 
 
 def _check_rebinding(before: Places) -> None:

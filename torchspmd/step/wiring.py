@@ -129,6 +129,10 @@ def _origins(captured: Captured) -> tuple[list[Origin], list, int]:
         for i in outs:
             flat_index[(root, i)] = len(flat_index)
     leaf_index = {leaf: k for k, leaf in enumerate(graph.leaves)}
+    # A leaf the step made over an input's data (``copy_`` from an annotated tensor hands
+    # over its data as a new plain leaf) is that input.
+    by_array = {id(node.arrays[i]): k for k, (node, i) in enumerate(graph.leaves)
+                if node.arrays is not None}
     origins: list[Origin] = []
     sigs = []
     for output in captured.outputs:
@@ -137,6 +141,8 @@ def _origins(captured: Captured) -> tuple[list[Origin], list, int]:
             origins.append(FromProgram(flat_index[value], index))
         elif value in leaf_index:
             origins.append(FromInput(leaf_index[value], index))
+        elif node.arrays is not None and id(node.arrays[index]) in by_array:
+            origins.append(FromInput(by_array[id(node.arrays[index])], index))
         else:
             raise NotImplementedError(
                 "torchspmd.compile: the step hands out data it did not compute or read "

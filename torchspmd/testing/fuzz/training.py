@@ -4,7 +4,8 @@ The model (Linear, an activation, maybe LayerNorm, Linear), its parameters' and 
 batch's shardings, the optimizer (SGD with momentum, Adam, AdamW), a learning-rate
 schedule, and what happens between steps (reads, a checkpoint saved and loaded back into
 the parameters, an op that fails, a step that runs out of memory) are drawn at random.
-The step is ``torchspmd.compile``-d or runs lazily with ``sync()``; it gets the same batch,
+The step is ``torchspmd.compile``-d or runs lazily with ``sync()``, maybe keeping a copy of
+a parameter from before its update and a running average; it gets the same batch,
 two batches in turn, or one tensor as input and target then two; between steps the
 program may change a hyperparameter, the learning rate, the optimizer's state or a
 parameter by hand. Every parameter, its
@@ -90,12 +91,22 @@ def training_program(b, rng: random.Random) -> None:
     x_spec = b.spec(mesh, 2) if rng.random() < 0.7 else None
     if x_spec is not None:
         b.emit(f"xs.mark_sharding({x}, {mesh.name}, {x_spec!r})")
+    # Maybe state the step keeps besides the model's: the first parameter as it was before
+    # the update (a zero-copy copy_ of what the update then overwrites) and an average.
+    kept = rng.random() < 0.3
+    if kept:
+        b.emit("before = torch.zeros_like(next(model.parameters()))")
+        b.emit("average = torch.zeros_like(next(model.parameters()))")
     b.emit("def train_step(x, y):\n"
            "    opt.zero_grad()\n"
            "    loss = torch.nn.functional.mse_loss(model(x / 4), y / 4)\n"
            "    loss.backward()\n"
-           "    opt.step()\n"
-           "    return loss")
+           + ("    before.copy_(next(model.parameters()))\n" if kept else "")
+           + "    opt.step()\n"
+           + ("    with torch.no_grad():\n"
+              "        average.mul_(0.5).add_(next(model.parameters()), alpha=0.5)\n"
+              if kept else "")
+           + "    return loss")
     compiled = rng.random() < 0.7
     b.emit("step_fn = xs.compile(train_step)" if compiled else "step_fn = train_step")
     body = [f"loss = step_fn({_step_arguments(b, rng, mesh, x, y, x_spec)})"]
@@ -107,6 +118,9 @@ def training_program(b, rng: random.Random) -> None:
     steps = rng.randint(2, 4)
     b.emit(f"for step in range({steps}):\n" + "\n".join("    " + line for line in body))
     b.assign("loss.detach()")
+    if kept:
+        b.assign("before")
+        b.assign("average")
     for name, p in b.env["model"].named_parameters():
         b.assign(f"model.get_parameter({name!r}).detach()")
         if p.grad is not None:
