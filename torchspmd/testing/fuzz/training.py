@@ -28,28 +28,25 @@ _OPTIMIZERS = ("torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)",
                "torch.optim.AdamW(model.parameters(), lr=0.01, weight_decay=0.1)")
 
 
+# What the loop may do after each step, with each line's chance: reads, a checkpoint, a
+# failure; then changes by hand: a hyperparameter once (later calls replay the step
+# captured with it), the learning rate as a Python float, the optimizer's state, a
+# parameter.
+_BETWEEN_STEPS = (
+    (0.5, "xs.read(loss)"),
+    (0.2, "xs.checkpoint(model.state_dict())"),
+    (0.15, "xs.attempt(lambda: model(torch.ones(1, 3, device=dev)))"),
+    (0.1, "oom = xs.out_of_memory()"),
+    (0.15, "if step == 1: xs.set_weight_decay(opt, 0.05)"),
+    (0.15, 'for g in opt.param_groups: g["lr"] = g["lr"] * 0.5'),
+    (0.15, "xs.edit_state(opt)"),
+    (0.15, "xs.edit_parameter(model)"),
+)
+
+
 def _between_steps(rng: random.Random) -> list[str]:
-    """What the loop does after each step: reads, a checkpoint, a failure."""
-    lines = []
-    if rng.random() < 0.5:
-        lines.append("xs.read(loss)")
-    if rng.random() < 0.2:
-        lines.append("xs.checkpoint(model.state_dict())")
-    if rng.random() < 0.15:
-        lines.append("xs.attempt(lambda: model(torch.ones(1, 3, device=dev)))")
-    if rng.random() < 0.1:
-        lines.append("oom = xs.out_of_memory()")
-    # Changes by hand: a hyperparameter (the step is captured again), the learning rate
-    # as a Python float, the optimizer's state, a parameter.
-    if rng.random() < 0.15:  # once: later calls replay the step captured with it
-        lines.append("if step == 1: xs.set_weight_decay(opt, 0.05)")
-    if rng.random() < 0.15:
-        lines.append('for g in opt.param_groups: g["lr"] = g["lr"] * 0.5')
-    if rng.random() < 0.15:
-        lines.append("xs.edit_state(opt)")
-    if rng.random() < 0.15:
-        lines.append("xs.edit_parameter(model)")
-    return lines
+    """The lines the loop runs after each step (``_BETWEEN_STEPS``, each drawn in turn)."""
+    return [line for chance, line in _BETWEEN_STEPS if rng.random() < chance]
 
 
 def _step_arguments(b, rng: random.Random, mesh, x: str, y: str, x_spec) -> str:
