@@ -10,7 +10,7 @@ decorator).
 """
 
 from torchspmd.step.api import CheckMissError, CompiledStep, compile
-from torchspmd.step.capture import HostStateError, RebindingError
+from torchspmd.step.side_effects import HostStateError, RebindingError
 from torchspmd.lazy.provenance import HostReadInStep
 
 __all__ = ["compile", "CompiledStep", "CheckMissError", "RebindingError", "HostStateError",

@@ -20,10 +20,10 @@ from __future__ import annotations
 
 import math
 import operator
-from itertools import compress
 import time
 import weakref
 from dataclasses import dataclass
+from itertools import compress
 
 import jax
 import jax.numpy as jnp

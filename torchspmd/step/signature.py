@@ -2,8 +2,9 @@
 
 Two calls share a capture when their arguments have the same structure, the same
 tensor shapes, dtypes, ``requires_grad`` and layouts (shardings, device order), the same
-non-tensor values, and run under the same grad mode and autocast state: what ``jax.jit``
-keys its cache on, plus PyTorch's modes that change which ops run.
+non-tensor values, the same tensors sharing data (``step(x, x)``), and run under the same
+grad mode and autocast state: what ``jax.jit`` keys its cache on, plus PyTorch's modes
+that change which ops run.
 
 Example::
 

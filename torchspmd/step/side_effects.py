@@ -1,0 +1,111 @@
+"""What a capture refuses: Python side effects of a step that its replays cannot redo.
+
+A replay runs only the device program. A step that rebinds a global or closure variable
+holding a tensor or a number, advances a learning-rate scheduler or sets an optimizer
+hyperparameter in Python, or changes a CPU tensor that outlives it, would do so at its
+capture only; the capture compares them before and after the step and raises, naming
+what changed and what to do instead.
+
+Example::
+
+    state = PythonState.of(before)   # before the step runs
+    ...                              # the step runs, recorded
+    state.check()                    # HostStateError: "the step advanced ... StepLR"
+    check_rebinding(before)          # RebindingError: "the step rebound 'calls'"
+    check_host_state(before)
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from torchspmd.device.tensor import SpmdTensor
+from torchspmd.step import optim
+from torchspmd.step.places import Places
+
+
+class RebindingError(RuntimeError):
+    """A compiled step rebound a tensor that lives in a slot replays cannot write, or a
+    global or closure variable holding a tensor or a number."""
+
+
+class HostStateError(RuntimeError):
+    """A compiled step changed host state that outlives it (a CPU tensor, a scheduler's
+    epoch, an optimizer's Python hyperparameter): a replay runs only the device program,
+    so the change would happen once."""
+
+
+def check_rebinding(before: Places) -> None:
+    """A global or closure variable that held a tensor (or a Python number) must hold it
+    still."""
+    for place, old in before.rebindable.items():
+        now = place.get()
+        if now is old:
+            continue
+        name = place.key if place.item else "a closure variable"
+        if not isinstance(old, SpmdTensor):
+            if type(now) is type(old) and now == old:
+                continue
+            raise RebindingError(
+                f"torchspmd.compile: the step rebound {name!r}, a Python number "
+                f"({old!r} -> {now!r}). A replay runs no Python, so the number would keep "
+                "this value and later calls would compute as this one did. Pass the number "
+                "as an argument (each new value captures the step again), keep it in a 0-d "
+                "tensor on the device updated in place (t.add_(1)), or change it outside "
+                "the step.")
+        raise RebindingError(
+            f"torchspmd.compile: the step rebound {name!r}, which held a tensor before the "
+            "step. A replay runs no Python, so the new tensor would be lost (the name "
+            "would silently keep its old value). Update it in place (t.copy_(new), "
+            "t.add_(x)), keep it as a module attribute or buffer, or return it from the "
+            "step and assign it outside.")
+
+
+@dataclass(frozen=True)
+class PythonState:
+    """The optimizers' Python-number hyperparameters and each scheduler's epoch before a
+    step: one the step changes (``sched.step()`` or ``group["lr"] = ...`` inside it)
+    would change at the capture only, as a replay runs no Python."""
+
+    optimizers: list
+    hyper: tuple
+    epochs: tuple  # (scheduler, its last_epoch)
+
+    @staticmethod
+    def of(places: Places) -> "PythonState":
+        return PythonState(places.optimizers, optim.hyperparameters(places.optimizers),
+                            tuple((s, s.last_epoch) for s in places.schedulers))
+
+    def check(self) -> None:
+        """Raise :class:`HostStateError` naming what the step changed, if it did."""
+        for scheduler, epoch in self.epochs:
+            if scheduler.last_epoch != epoch:
+                name = type(scheduler).__name__
+                raise HostStateError(
+                    f"torchspmd.compile: the step advanced the learning-rate scheduler {name} "
+                    "(its step() ran inside the step). A replay runs only the device program, "
+                    "so the schedule would stop at this call's learning rate. Call the "
+                    "scheduler's step() outside the compiled step, after each call.")
+        before = {(i, group, key): old for i, group, key, old in self.hyper}
+        for i, group, key, new in optim.hyperparameters(self.optimizers):
+            old = before.get((i, group, key), new)
+            if old != new:
+                raise HostStateError(
+                    f"torchspmd.compile: the step changed its optimizer's {key!r} in param "
+                    f"group {group} ({old!r} -> {new!r}) in Python. A replay runs only the "
+                    "device program, so the change would happen at this call only. Change "
+                    "hyperparameters outside the compiled step (between calls; a new value "
+                    "then captures the step again, or for Adam's lr travels as data).")
+
+
+def check_host_state(before: Places) -> None:
+    """No CPU tensor in a walked slot was changed by the step (in place, or its slot
+    rebound to another CPU tensor): a replay would not change it again."""
+    for place, host in before.host.items():
+        if host.changed(place):
+            raise HostStateError(
+                f"torchspmd.compile: the step changed {host.name}, a CPU tensor that outlives "
+                "it. A replay runs only the device program, so the change would happen on "
+                "the first call only. Keep the tensor on the device (t.to('spmd')) so the "
+                "program updates it, change it outside the step, or run the step without "
+                f"torchspmd.compile{host.hint}.")
