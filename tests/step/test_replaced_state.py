@@ -144,6 +144,40 @@ def test_steps_that_set_the_mode_themselves_replay_in_turn_and_leave_it_set():
     assert xs.metrics()["step_captures"] - captures <= 4
 
 
+def _momentum(model):
+    return torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+
+
+def _halved_state(model):
+    return {k: v.detach().cpu() * 0.5 for k, v in model.state_dict().items()}
+
+
+def test_parameters_replaced_in_the_module_are_the_ones_the_next_call_reads():
+    """``load_state_dict(..., assign=True)`` puts new parameters in the module while the
+    optimizer keeps the old ones (on the CPU too): the step's forward reads the new ones,
+    its update goes to the old ones."""
+    def change(model, opt):
+        state = _halved_state(model)
+        device = next(model.parameters()).device
+        model.load_state_dict({k: v.to(device) for k, v in state.items()}, assign=True)
+
+    (cpu_model, cpu_opt), (model, opt) = _side_by_side(change, make_opt=_momentum)
+    assert_params_close(model, cpu_model)
+    for p, q in zip(opt.param_groups[0]["params"], cpu_opt.param_groups[0]["params"]):
+        torch.testing.assert_close(p.detach().cpu(), q.detach(), rtol=1e-5, atol=1e-5)
+
+
+def test_a_groups_parameter_list_replaced_is_the_one_the_next_call_updates():
+    def change(model, opt):
+        state = _halved_state(model)
+        device = next(model.parameters()).device
+        model.load_state_dict({k: v.to(device) for k, v in state.items()}, assign=True)
+        opt.param_groups[0]["params"] = list(model.parameters())
+
+    (cpu_model, _), (model, _) = _side_by_side(change, make_opt=_momentum)
+    assert_params_close(model, cpu_model)
+
+
 def test_a_new_optimizer_bound_to_the_steps_variable_is_the_one_the_next_call_uses():
     cpu_model, model = mlp("cpu"), mlp(DEVICE)
     cpu_opt, opt = _adam(cpu_model.parameters()), _adam(model.parameters())

@@ -202,10 +202,11 @@ def _graph(captured: Captured, read: _Read) -> None:
 
 
 def _held_by(before: Places) -> dict:
-    """The walked slot that held each (base) storage before the step."""
+    """The walked slot that held each storage before the step, as a whole tensor (a base,
+    or a chain of identity views: an ``nn.Parameter`` over a tensor)."""
     held_by = {}
     for place, t in before.held.items():
-        if t is not None and not t.handle.view:
+        if t is not None and (not t.handle.view or t.handle.identity):
             held_by.setdefault(t.handle.storage, place)
     return held_by
 
@@ -216,7 +217,7 @@ def _upload_host_data(places: Places) -> None:
     from an annotated tensor makes a new leaf over it), which must be the same device
     data for the replay to find its source."""
     for t in (*places.held.values(), *places.rebindable.values()):
-        if isinstance(t, SpmdTensor) and not t.handle.view:
+        if isinstance(t, SpmdTensor) and (not t.handle.view or t.handle.identity):
             node = t.handle.storage.value[0]
             if node.host is not None:
                 upload_leaf(node)

@@ -283,6 +283,8 @@ def _visit_optimizer(opt: torch.optim.Optimizer, places, seen, depth) -> None:
     places.links[_place(opt, "param_groups", False)] = opt.param_groups
     for i, group in enumerate(opt.param_groups):
         places.links[_place(opt.param_groups, i, True)] = group
+        # The list itself too: ``group["params"] = [...]`` replaces it
+        places.links[_place(group, "params", True)] = group["params"]
         places.group_params.append((group["params"], tuple(group["params"])))
     for p, state in opt.state.items():
         places.links[_place(opt.state, p, True)] = state

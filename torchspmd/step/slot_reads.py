@@ -9,7 +9,7 @@ the slots, and the plan's storages are no longer the ones the slots hold. Such a
 holding another whole tensor with the same shape and dtype is the same state moved to a
 new tensor: the plan reads (and writes in place) that tensor instead of being captured
 again. Anything else (a view, another shape or dtype, a tensor the plan already reads
-elsewhere) still makes the plan stale; a new tensor laid out otherwise is caught where
+elsewhere, a trainable tensor such as a parameter) still makes the plan stale; a new tensor laid out otherwise is caught where
 the inputs are placed (``Plan._placed``).
 
 Example::
@@ -68,9 +68,12 @@ class SlotReads:
             t = get()
             if isinstance(t, SpmdTensor) and t.handle.storage is ref():
                 continue
+            # A trainable tensor (a parameter replaced in its module, ``load_state_dict(...,
+            # assign=True)``) is not followed: other places (an optimizer's groups) may still
+            # hold the old one, and a new capture sees what the step's Python does then.
             if (not isinstance(t, SpmdTensor) or t.handle.view != () or read.meta is None
-                    or t.handle.storage.meta != read.meta or t.handle.meta != read.meta
-                    or t.requires_grad is not read.requires_grad):
+                    or read.requires_grad or t.requires_grad
+                    or t.handle.storage.meta != read.meta or t.handle.meta != read.meta):
                 return None
             moved[read.source] = weakref.ref(t.handle.storage)
         if moved:
