@@ -5,8 +5,10 @@ passed twice, a buffer that took an argument's data through a zero-copy ``copy_`
 counters a replay left sharing one array). A replay reads that leaf from one place only,
 so it must not run once the two differ: arguments that share data key the step's cache
 apart from arguments that do not, and a storage that shared a source's data is checked
-on every call (changed since, the step is captured again). Each test compares with the
-same calls on the CPU.
+on every call (changed since, the step is captured again). An argument that is a
+module's parameter is that parameter, and what the step writes into an argument that
+views part of another tensor reaches that tensor. Each test compares with the same
+calls on the CPU.
 """
 
 import torch
@@ -84,3 +86,40 @@ def test_a_hyperparameter_change_captures_once():
     for x, y in data[3:]:
         step(*on_device(x, y))
     assert xs.metrics()["step_captures"] - before == 1
+
+
+def _each_call(step, make_args, calls: int = 4) -> list[float]:
+    return [v for i in range(calls) for out in step(*make_args(i)) for v in out.flatten().tolist()]
+
+
+def test_a_parameter_passed_as_an_argument_and_updated_is_the_modules_parameter():
+    def run(device, compiled: bool) -> list[float]:
+        torch.manual_seed(0)
+        lin = torch.nn.Linear(3, 3).to(device)
+
+        def step(x, w):
+            with torch.no_grad():
+                w.mul_(0.9)  # lin's own weight or bias: lin(x) below reads it scaled
+            return lin(x).detach(), w.detach()
+
+        step = xs.compile(step) if compiled else step
+        x = torch.arange(3.0).to(device)
+        seen = _each_call(step, lambda i: (x, lin.weight if i < 2 else lin.bias))
+        return seen + [v for p in lin.parameters() for v in p.detach().cpu().flatten().tolist()]
+
+    torch.testing.assert_close(run(DEVICE, compiled=True), run("cpu", compiled=False))
+
+
+def test_what_the_step_writes_into_a_view_argument_reaches_its_base():
+    def run(device, compiled: bool) -> list[float]:
+        x = torch.arange(6.0).reshape(2, 3).to(device)
+
+        def step(row):
+            row.add_(1)
+            return (row * 2,)
+
+        step = xs.compile(step) if compiled else step
+        seen = [v for i in range(3) for v in step(x[i % 2])[0].cpu().tolist()]
+        return seen + x.cpu().flatten().tolist()
+
+    assert run(DEVICE, compiled=True) == run("cpu", compiled=False)

@@ -26,6 +26,7 @@ from __future__ import annotations
 import functools
 from typing import Any, Callable
 
+import torch
 from torch.utils._pytree import tree_map
 
 from torchspmd.device import index_checks
@@ -70,7 +71,15 @@ class CompiledStep:
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         self._calls += 1
-        args, kwargs, flat = _as_bases(args, kwargs)
+        args, kwargs, flat, views = _as_bases(args, kwargs)
+        result = self._run(args, kwargs, flat)
+        for view, copy, version in views:
+            if copy.handle.storage.version != version:  # the step wrote into the argument
+                with torch.no_grad():
+                    view.copy_(copy)
+        return result
+
+    def _run(self, args: tuple, kwargs: dict, flat: tuple) -> Any:
         key, tensors = signature(args, kwargs, flat)
         plans: list[Plan] = self._plans.get(key) or []
         plan = next((p for p in plans if p.ready()), None)
@@ -162,20 +171,32 @@ def _checked(result_and_flag: tuple, captured) -> Any:
     return result
 
 
-def _as_bases(args: tuple, kwargs: dict) -> tuple[tuple, dict, tuple]:
+def _as_bases(args: tuple, kwargs: dict) -> tuple[tuple, dict, tuple, list]:
     """The arguments with every spmd tensor holding data, views replaced by plain copies
-    (a view's chain is part of the program; its data is what the step reads); and their
-    leaves and structure (``arguments.flatten``)."""
+    (a view's chain is part of the program; its data is what the step reads); their
+    leaves and structure (``arguments.flatten``); and per copy ``(view, copy, the copy's
+    storage version)``, for what the step writes into it to go back into the view."""
     leaves, spec = flatten((args, kwargs))
     values = [t.handle.value() for t in leaves if isinstance(t, SpmdTensor)]
     pending = [v for v in values if v[0].arrays is None]
     if pending:
         execute.materialize(pending)
-    if not any(isinstance(t, SpmdTensor) and t.handle.view for t in leaves):
-        return args, kwargs, (leaves, spec)
-    leaves = [SpmdTensor(Handle.new(t.handle.value(), t.handle.meta), requires_grad=t.requires_grad)
-              if isinstance(t, SpmdTensor) and t.handle.view else t for t in leaves]
-    return *unflatten(leaves, spec), (leaves, spec)
+    if not any(_partial_view(t) for t in leaves):
+        return args, kwargs, (leaves, spec), []
+    views = []
+    for k, t in enumerate(leaves):
+        if _partial_view(t):
+            copy = SpmdTensor(Handle.new(t.handle.value(), t.handle.meta),
+                              requires_grad=t.requires_grad)
+            views.append((t, copy, copy.handle.storage.version))
+            leaves[k] = copy
+    return *unflatten(leaves, spec), (leaves, spec), views
+
+
+def _partial_view(t) -> bool:
+    """Whether ``t`` is an spmd tensor viewing part of its storage (not a whole tensor, nor
+    an ``nn.Parameter``, whose identity chain reads the storage itself)."""
+    return isinstance(t, SpmdTensor) and bool(t.handle.view) and not t.handle.identity
 
 
 def compile(fn: Callable | None = None, *, check_every: int | None = None) -> Any:
