@@ -88,10 +88,6 @@ def test_a_hyperparameter_change_captures_once():
     assert xs.metrics()["step_captures"] - before == 1
 
 
-def _each_call(step, make_args, calls: int = 4) -> list[float]:
-    return [v for i in range(calls) for out in step(*make_args(i)) for v in out.flatten().tolist()]
-
-
 def test_a_parameter_passed_as_an_argument_and_updated_is_the_modules_parameter():
     def run(device, compiled: bool) -> list[float]:
         torch.manual_seed(0)
@@ -104,7 +100,8 @@ def test_a_parameter_passed_as_an_argument_and_updated_is_the_modules_parameter(
 
         step = xs.compile(step) if compiled else step
         x = torch.arange(3.0).to(device)
-        seen = _each_call(step, lambda i: (x, lin.weight if i < 2 else lin.bias))
+        seen = [v for i in range(4) for out in step(x, lin.weight if i < 2 else lin.bias)
+                for v in out.flatten().tolist()]
         return seen + [v for p in lin.parameters() for v in p.detach().cpu().flatten().tolist()]
 
     torch.testing.assert_close(run(DEVICE, compiled=True), run("cpu", compiled=False))

@@ -229,7 +229,7 @@ def _assign(target, value) -> None:
         value = (record(aten.expand_copy.default, (TENSOR, handle.meta.shape), (), (value,),
                         (meta_of(value),)), 0)
     # Annotated after the broadcast: the target's spec has the target's rank.
-    if handle.view and not handle.identity:
+    if not handle.whole:
         handle.assign(_keep_annotation(target, value))
         return
     # A base, or an identity view (a parameter): the storage takes the value, with the

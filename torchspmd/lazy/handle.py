@@ -119,13 +119,19 @@ class Handle:
     def new(cls, value: tuple[Node, int], meta: TensorMeta) -> "Handle":
         return cls(Storage(value, meta), meta)
 
+    @property
+    def whole(self) -> bool:
+        """Whether this tensor is its storage as it is: a base, or identity views only (an
+        ``nn.Parameter`` over a tensor, ``detach()``), not part of it or reshaped."""
+        return not self.view or self.identity
+
     def value(self) -> tuple[Node, int]:
         """The tensor's current graph value (a view is re-derived if its base changed)."""
         if _RECORDING[0] is not None:
             provenance.touched(self.storage)
             if self._cached_epoch != _EPOCH[0]:  # cached before this recording began
                 self._cached = None
-        if not self.view or self.identity:
+        if not self.view or self.identity:  # ``whole``, inline: a call per read
             return self.storage.value
         if self._cached is None or self._cached_version != self.storage.version:
             self._cached_version = self.storage.version

@@ -194,9 +194,9 @@ def _as_bases(args: tuple, kwargs: dict) -> tuple[tuple, dict, tuple, list]:
 
 
 def _partial_view(t) -> bool:
-    """Whether ``t`` is an spmd tensor viewing part of its storage (not a whole tensor, nor
-    an ``nn.Parameter``, whose identity chain reads the storage itself)."""
-    return isinstance(t, SpmdTensor) and bool(t.handle.view) and not t.handle.identity
+    """Whether ``t`` is an spmd tensor viewing part of its storage (``Handle.whole``: an
+    ``nn.Parameter``'s identity chain reads the storage itself)."""
+    return isinstance(t, SpmdTensor) and not t.handle.whole
 
 
 def compile(fn: Callable | None = None, *, check_every: int | None = None) -> Any:

@@ -206,7 +206,7 @@ def _held_by(before: Places) -> dict:
     or a chain of identity views: an ``nn.Parameter`` over a tensor)."""
     held_by = {}
     for place, t in before.held.items():
-        if t is not None and (not t.handle.view or t.handle.identity):
+        if t is not None and t.handle.whole:
             held_by.setdefault(t.handle.storage, place)
     return held_by
 
@@ -217,7 +217,7 @@ def _upload_host_data(places: Places) -> None:
     from an annotated tensor makes a new leaf over it), which must be the same device
     data for the replay to find its source."""
     for t in (*places.held.values(), *places.rebindable.values()):
-        if isinstance(t, SpmdTensor) and (not t.handle.view or t.handle.identity):
+        if isinstance(t, SpmdTensor) and t.handle.whole:
             node = t.handle.storage.value[0]
             if node.host is not None:
                 upload_leaf(node)

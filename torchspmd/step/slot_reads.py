@@ -9,8 +9,8 @@ the slots, and the plan's storages are no longer the ones the slots hold. Such a
 holding another whole tensor with the same shape and dtype is the same state moved to a
 new tensor: the plan reads (and writes in place) that tensor instead of being captured
 again. Anything else (a view, another shape or dtype, a tensor the plan already reads
-elsewhere, a trainable tensor such as a parameter) still makes the plan stale; a new tensor laid out otherwise is caught where
-the inputs are placed (``Plan._placed``).
+elsewhere, a trainable tensor such as a parameter) still makes the plan stale; a new
+tensor laid out otherwise is caught where the inputs are placed (``Plan._placed``).
 
 Example::
 
