@@ -25,7 +25,8 @@ import torch
 from torchspmd.device.tensor import DEVICE
 from torchspmd.sharding.state import new_leaf
 
-_NUMBERS = (float, int, bool)
+# Python numbers: a step reads them as constants (a hyperparameter, a global).
+NUMBERS = (float, int, bool, complex)
 # Optimizers whose tensor learning rate is used by tensor ops only (with capturable=True).
 _TENSOR_LR = (torch.optim.Adam, torch.optim.AdamW)
 # Optimizers with no capturable option that keep their step count on the CPU and read it
@@ -111,7 +112,7 @@ def hyperparameters(optimizers: list[torch.optim.Optimizer]) -> tuple:
             for key, value in group.items():
                 # Numbers, and tuples of them (Adam's ``betas``, which OneCycleLR's
                 # cycle_momentum changes every step).
-                if key != "params" and (type(value) in _NUMBERS or type(value) is tuple and all(
-                        type(v) in _NUMBERS for v in value)):
+                if key != "params" and (type(value) in NUMBERS or type(value) is tuple and all(
+                        type(v) in NUMBERS for v in value)):
                     found.append((i, j, key, value))
     return tuple(found)

@@ -22,9 +22,9 @@ from typing import Any, Callable
 import torch
 
 from torchspmd.device.tensor import SpmdTensor
+from torchspmd.step.optim import NUMBERS
 
 MAX_DEPTH = 6  # how deep find_places looks from a root
-_NUMBERS = (int, float, bool, complex)
 _SKIPPED_TYPES = (types.ModuleType, types.FunctionType, types.BuiltinFunctionType, type,
                   types.MethodType, str, bytes, int, float, bool, type(None), torch.device,
                   torch.dtype)
@@ -146,7 +146,7 @@ def find_places(fn: Callable, args: tuple, kwargs: dict) -> Places:
         _visit(value, places, seen, 0)
     for root in _roots(fn):
         if root.place is not None and (isinstance(root.value, SpmdTensor)
-                                       or type(root.value) in _NUMBERS):
+                                       or type(root.value) in NUMBERS):
             places.rebindable[root.place] = root.value
         elif root.place is not None and isinstance(root.value, torch.Tensor):
             places.note_host(root.place, root.value, root.name)
