@@ -52,6 +52,26 @@ def _batches(n: int):
     return [(torch.randn(16, 8, generator=g), torch.randn(16, 4, generator=g)) for _ in range(n)]
 
 
+def test_batches_uploaded_ahead_and_kept_replay_without_capturing_again():
+    # The argument's own storage is not "another tensor sharing its data": the batch of
+    # the capture, still alive, holds other data than the next call's batch.
+    model = mlp(DEVICE)
+    step = xs.compile(train_step(model, torch.optim.SGD(model.parameters(), lr=0.1)))
+    cpu = mlp("cpu")
+    cpu_step = train_step(cpu, torch.optim.SGD(cpu.parameters(), lr=0.1))
+    data = [(torch.randn(4, 8, generator=torch.Generator().manual_seed(k)), torch.randn(4, 4))
+            for k in range(5)]
+    uploaded = [on_device(x, y) for x, y in data]  # kept alive for the whole loop
+    for k, ((x, y), (x_dev, y_dev)) in enumerate(zip(data, uploaded)):
+        if k == 2:  # captured twice by now: without gradients, then with them
+            before = xs.metrics()
+        torch.testing.assert_close(step(x_dev, y_dev).cpu(), cpu_step(x, y))
+    after = xs.metrics()
+    assert after["step_captures"] == before["step_captures"]
+    assert after["step_replays"] - before["step_replays"] == 3
+    assert_params_close(model, cpu)
+
+
 def test_a_step_counter_set_by_hand_after_a_capture_from_shared_counters():
     cpu_model, cpu_opt, cpu_step, model, opt, step = _adamw_pair()
     data = _batches(7)

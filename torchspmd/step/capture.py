@@ -151,7 +151,7 @@ def capture(fn, args: tuple, kwargs: dict,
     captured.warmup = _first_use(before, after)
     if not captured.warmup:
         filled = _outputs(captured, rec, before, after, flat, arg_storages)
-        _graph(captured, _Read(rec, arg_values, start, held_by, filled))
+        _graph(captured, _Read(rec, arg_values, arg_storages, start, held_by, filled))
     return result, captured, undo
 
 
@@ -184,6 +184,7 @@ class _Read:
 
     rec: provenance.StorageTouches
     arg_values: list
+    arg_storages: dict  # each argument's storage -> its position
     start: int
     held_by: dict  # storage -> Place
     filled: dict  # Place -> new tensor
@@ -298,6 +299,7 @@ def _sources(captured: Captured, read: _Read) -> list[Source]:
     # The other storages the step read that held the value of a source: one leaf for all
     # (a zero-copy ``copy_`` shares a value), each replay checks they still hold what the
     # source holds (``Plan.inputs``); one changed by hand since, the step must read it apart.
+    # An argument's own storage is no other: the next call passes another tensor there.
     sharers: dict[tuple[int, int], list] = {}
     rec = read.rec
     held = [(value, ArgSource(k)) for k, value in enumerate(read.arg_values)]
@@ -306,7 +308,8 @@ def _sources(captured: Captured, read: _Read) -> list[Source]:
     for (node, index), holder in held:
         if node.arrays is not None:
             key = (id(node), index)
-            if by_value.setdefault(key, holder) is not holder and holder in rec.read:
+            if (by_value.setdefault(key, holder) is not holder and holder in rec.read
+                    and holder not in read.arg_storages):
                 sharers.setdefault(key, []).append(holder)
             by_array.setdefault(id(node.arrays[index]), holder)
     sources: list[Source] = []

@@ -76,6 +76,16 @@ def _array(value: tuple[Node, int]):
     return node.arrays[index] if node.arrays is not None else None
 
 
+def _current(storage, pending: list) -> tuple[Node, int]:
+    """``storage``'s value, noted in ``pending`` if it is still to be computed."""
+    if storage is None:
+        raise StalePlan("a tensor the step reads was dropped")
+    if storage.value[0].arrays is None:  # changed outside the step
+        _filled_from_host(storage)
+        pending.append(storage.value)
+    return storage.value
+
+
 class StalePlan(Exception):
     """A tensor the plan reads is gone (its Python object was dropped): capture again."""
 
@@ -183,16 +193,18 @@ class Plan:
         reads = self.reads
         values = list(reads.consts)
         pending = []  # changed outside the step (a scheduler's fill_, a manual edit)
-        found = [(i, ref()) for i, ref in reads.storages]
-        found += [(i, args[position].handle.storage) for i, position in reads.args]
-        found += [(i, ref()) for i, ref in zip(reads.refilled, self.binding)]
-        for i, storage in found:
-            if storage is None:
-                raise StalePlan("a tensor the step reads was dropped")
-            if storage.value[0].arrays is None:
-                _filled_from_host(storage)
-                pending.append(storage.value)
-            values[i] = storage.value
+        # No (source, storage) pairs: hundreds per call, each a container that counts
+        # toward Python's next garbage collection.
+        for i, ref in reads.storages:  # the bulk: ``_current`` inline
+            storage = ref()
+            if storage is None or storage.value[0].arrays is None:
+                values[i] = _current(storage, pending)
+            else:
+                values[i] = storage.value
+        for i, position in reads.args:
+            values[i] = _current(args[position].handle.storage, pending)
+        for i, ref in zip(reads.refilled, self.binding):
+            values[i] = _current(ref(), pending)
         if pending:
             execute.materialize(pending)
         for i, ref in reads.aliases:

@@ -50,7 +50,9 @@ class Writes:
 class Call:
     """One call's new state, per output: its graph value (the array comes when the
     program returns, unless it is an input handed back) and, for a slot or a result, its
-    new tensor; and where the program's arrays go (``(node arrays, index, output)``)."""
+    new tensor; and where the program's arrays go: ``node arrays, index, output`` in a
+    row for each (flat, not a tuple each: hundreds per call, and every container made
+    counts toward Python's next garbage collection)."""
 
     values: list
     tensors: list
@@ -84,7 +86,7 @@ def new_state(wiring: Wiring, writes: Writes, placed: list, values: list, exclus
                 kept = (grad.handle.storage.value, grad) if grad is not None else None
             if kept is not None:
                 value, tensor = kept
-                call.fills.append((value[0].arrays, value[1], origin.flat))
+                call.fills += (value[0].arrays, value[1], origin.flat)
                 call.values.append(value)
                 call.tensors.append(tensor)
                 continue
@@ -94,7 +96,7 @@ def new_state(wiring: Wiring, writes: Writes, placed: list, values: list, exclus
         if isinstance(origin, FromInput):
             arrays[index] = placed[origin.source]
         else:
-            call.fills.append((arrays, index, origin.flat))
+            call.fills += (arrays, index, origin.flat)
         value = (node, index)
         call.values.append(value)
         call.tensors.append(None if target is None else _tensor(target, value, sig.outputs[index]))
@@ -145,7 +147,8 @@ def restore(replaced: Replaced, writes: Writes) -> None:
 
 def finish(call: Call, outputs: list, writes: Writes, captured: Captured):
     """The program's arrays into the call's new values; the step's result."""
-    for arrays, index, k in call.fills:
+    fills = iter(call.fills)
+    for arrays, index, k in zip(fills, fills, fills):
         arrays[index] = outputs[k]
     results = list(captured.result_leaves)
     for j, position in writes.returns:

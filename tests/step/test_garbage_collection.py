@@ -1,0 +1,75 @@
+"""Python's garbage collector during a compiled step: a call never starts a collection
+(one in the middle of a large replay would delay its launch); what the call's
+allocations are due comes after it returns, in the caller's code. The collector is left
+as the caller had it, also when the call raises."""
+
+import gc
+
+import pytest
+import torch
+
+import torchspmd as xs
+from tests.step.helpers import DEVICE, batches, mlp, on_device, train_step
+
+
+@pytest.fixture
+def collections():
+    """The collections that start while the test runs, and a collector that starts one at
+    every container made (a threshold of 1), so that any allocation would collect."""
+    started = []
+
+    def note(phase, info):
+        if phase == "start":
+            started.append(info["generation"])
+
+    threshold = gc.get_threshold()
+    gc.callbacks.append(note)
+    gc.set_threshold(1)
+    try:
+        yield started
+    finally:
+        gc.set_threshold(*threshold)
+        gc.callbacks.remove(note)
+
+
+def _step_and_data(steps: int = 3):
+    model = mlp(DEVICE)
+    opt = torch.optim.AdamW(model.parameters(), lr=0.01)
+    return xs.compile(train_step(model, opt)), [on_device(x, y) for x, y in batches(steps)]
+
+
+def test_no_collection_starts_during_a_replay_and_one_can_start_after_it(collections):
+    step, data = _step_and_data()
+    for x, y in data[:2]:  # capture, then a first replay
+        step(x, y)
+    replays = xs.metrics()["step_replays"]
+    collections.clear()
+    loss = step(*data[2])
+    during = len(collections)  # an int: no container made, so no collection yet
+    assert during == 0
+    assert gc.isenabled()
+    made = [[] for _ in range(3)]  # the caller's next containers start one
+    assert len(collections) > 0 and made
+    assert xs.metrics()["step_replays"] == replays + 1
+    assert torch.isfinite(loss.cpu())
+
+
+def test_a_collector_the_caller_disabled_stays_disabled():
+    step, data = _step_and_data()
+    gc.disable()
+    try:
+        for x, y in data:
+            step(x, y)
+        assert not gc.isenabled()
+    finally:
+        gc.enable()
+
+
+def test_the_collector_is_enabled_again_after_a_call_that_raises():
+    def broken(x):
+        raise ValueError("the step's own error")
+
+    step = xs.compile(broken)
+    with pytest.raises(ValueError, match="the step's own error"):
+        step(torch.ones(2, device="spmd"))
+    assert gc.isenabled()
