@@ -16,6 +16,7 @@ import os
 
 import jax
 
+from torchspmd.lowering import jax_private
 from torchspmd.runtime import launch, processes
 
 DEFAULT_CPU_DEVICES = 8
@@ -25,15 +26,67 @@ def _configure() -> None:
     jax.config.update("jax_enable_x64", True)
     found = launch.from_environment()  # a half-set torchrun environment raises here
     per_host = found.local_world_size if found is not None else 1
-    count = int(os.environ.get("TORCHSPMD_CPU_DEVICES", max(1, DEFAULT_CPU_DEVICES // per_host)))
-    # Must precede the first backend use; harmless when an accelerator is the default.
-    jax.config.update("jax_num_cpu_devices", count)
+    asked = cpu_devices_asked(os.environ.get("TORCHSPMD_CPU_DEVICES"))
+    if not _set_cpu_devices(asked or max(1, DEFAULT_CPU_DEVICES // per_host)):
+        _check_started_devices(asked, found)
     cache = os.environ.get("TORCHSPMD_COMPILATION_CACHE")
     if cache:  # XLA compiles dominate start-up; a disk cache makes re-runs start warm
         jax.config.update("jax_compilation_cache_dir", cache)
         jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
     if found is not None and found.is_multi_process and not processes.is_started():
         processes.start(found.coordinator_address, found.num_processes, found.process_id)
+
+
+def _set_cpu_devices(count: int) -> bool:
+    """Give JAX ``count`` CPU devices; False if its backend already started (too late)."""
+    if jax_private.backends_started():
+        return False
+    try:  # must precede the first backend use; harmless when an accelerator is the default
+        jax.config.update("jax_num_cpu_devices", count)
+    except RuntimeError:  # started after all (the check above fell back to "not started")
+        return False
+    return True
+
+
+def cpu_devices_asked(text: str | None) -> int | None:
+    """``TORCHSPMD_CPU_DEVICES`` as a device count (``None`` when unset).
+
+    >>> cpu_devices_asked("4")
+    4
+    >>> cpu_devices_asked("four")
+    Traceback (most recent call last):
+    ...
+    ValueError: torchspmd: TORCHSPMD_CPU_DEVICES='four' must be a positive integer (the number of CPU devices JAX starts in this process), e.g. TORCHSPMD_CPU_DEVICES=8.
+    """
+    if text is None or not text.strip():
+        return None
+    try:
+        count = int(text)
+    except ValueError:
+        count = 0
+    if count < 1:
+        raise ValueError(f"torchspmd: TORCHSPMD_CPU_DEVICES={text!r} must be a positive "
+                         "integer (the number of CPU devices JAX starts in this process), "
+                         "e.g. TORCHSPMD_CPU_DEVICES=8.")
+    return count
+
+
+def _check_started_devices(asked: int | None, found: launch.Launch | None) -> None:
+    """JAX ran before torchspmd was imported: its devices are fixed. Go on with them
+    unless the environment asks for what they can no longer become."""
+    first = ("import torchspmd before the program's first JAX operation (JAX fixes its "
+             "devices when it first runs)")
+    if found is not None and found.is_multi_process and not processes.is_started():
+        raise RuntimeError(
+            f"torchspmd: this process is one of {found.num_processes} that torchrun "
+            "started, but JAX's devices were already in use in it as a single process: "
+            f"{first}.")
+    running = len(jax.devices("cpu"))
+    if asked is not None and asked != running:
+        raise RuntimeError(
+            f"torchspmd: TORCHSPMD_CPU_DEVICES={asked} asks for {asked} CPU devices, but "
+            f"JAX already started with {running}: {first}, or leave "
+            "TORCHSPMD_CPU_DEVICES unset to use the devices JAX has.")
 
 
 _configure()
