@@ -51,9 +51,10 @@ def test_each_donated_buffer_goes_to_its_own_tensors_new_value():
     assert copied_arguments(step.optimized_hlo()) <= donated // 4
 
 
-def test_a_read_frees_what_the_call_consumed_while_the_device_computes():
-    # Freed before the next launch, the consumed arrays would delay it; a read waits
-    # for the devices anyway, so it frees them first.
+def test_the_next_call_frees_what_the_last_one_consumed_once_it_launched():
+    # Freed before a launch, the consumed arrays would delay it; freed by a read, they
+    # would no longer offset the next call's new arrays in the count that starts Python's
+    # garbage collections (test_garbage_collection.py). The next call frees them.
     model, step, data = _trained()
     for x, y in data[:2]:
         step(*on_device(x, y))
@@ -61,8 +62,21 @@ def test_a_read_frees_what_the_call_consumed_while_the_device_computes():
     loss = step(x, y)
     batch = weakref.ref(x._h.value()[0].arrays[0])  # uploaded by the call
     del x, y
-    assert batch() is not None  # the call still holds its input
     loss.item()
+    assert batch() is not None  # the call still holds its input, after a read too
+    step(*on_device(*data[3]))
+    assert batch() is None
+
+
+def test_waiting_for_the_devices_frees_what_the_call_consumed():
+    model, step, data = _trained()
+    for x, y in data[:2]:
+        step(*on_device(x, y))
+    x, y = on_device(*data[2])
+    step(x, y)
+    batch = weakref.ref(x._h.value()[0].arrays[0])
+    del x, y
+    xs.wait_device_ops()
     assert batch() is None
 
 

@@ -1,7 +1,12 @@
 """Python's garbage collector during a compiled step: a call never starts a collection
 (one in the middle of a large replay would delay its launch); what the call's
 allocations are due comes after it returns, in the caller's code. The collector is left
-as the caller had it, also when the call raises."""
+as the caller had it, also when the call raises. And a training loop of replays, at
+Python's default thresholds, is due no collection at all: each call frees what the last
+one consumed after making its own new arrays, so the count of containers that triggers
+a collection (which never goes below zero) does not grow from step to step, however
+many tensors the step updates. (It grew by ~900 per step at 150 parameters: a young
+collection every step, and every ~400 steps a full one of ~250 ms.)"""
 
 import gc
 
@@ -52,6 +57,37 @@ def test_no_collection_starts_during_a_replay_and_one_can_start_after_it(collect
     assert len(collections) > 0 and made
     assert xs.metrics()["step_replays"] == replays + 1
     assert torch.isfinite(loss.cpu())
+
+
+@pytest.mark.parametrize("read_every", [1, 4])
+def test_a_loop_of_replays_is_due_no_collection(read_every):
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(*[torch.nn.Linear(4, 4) for _ in range(80)]).to(DEVICE)
+    opt = torch.optim.AdamW(model.parameters(), lr=0.01)  # 160 parameters: ~800 arrays
+    step = xs.compile(train_step(model, opt))
+    g = torch.Generator().manual_seed(1)
+    data = [(torch.randn(8, 4, generator=g), torch.randn(8, 4, generator=g)) for _ in range(34)]
+    for x, y in data[:4]:  # capture, first replays
+        step(*on_device(x, y)).item()
+    assert gc.get_threshold()[0] == 700  # Python's default
+    started = []
+
+    def note(phase, info):
+        if phase == "start":
+            started.append(info["generation"])
+
+    replays = xs.metrics()["step_replays"]
+    gc.collect()
+    gc.callbacks.append(note)
+    try:
+        for i, (x, y) in enumerate(data[4:]):  # the usual loop: each batch uploaded in it
+            loss = step(*on_device(x, y))
+            if i % read_every == read_every - 1:
+                assert torch.isfinite(loss.cpu())
+    finally:
+        gc.callbacks.remove(note)
+    assert xs.metrics()["step_replays"] == replays + 30
+    assert started == []
 
 
 def test_a_collector_the_caller_disabled_stays_disabled():

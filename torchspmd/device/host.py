@@ -53,7 +53,9 @@ def _read_now(value: tuple[Node, int]) -> torch.Tensor:
     if value[0].host is not None:
         return transfer.to_torch(value[0].host)
     (array,) = read([value])  # runs all pending work: a loop's next iteration starts from data
-    in_flight.release_spent()  # while the devices compute, before waiting for them
+    # While the devices compute, before waiting for them; a compiled step's leftovers
+    # wait for its next call (``release_spent``).
+    in_flight.release_spent(keep_steps=True)
     return transfer.to_torch(transfer.download(array))
 
 
