@@ -10,10 +10,11 @@ from __future__ import annotations
 import pytest
 import torch
 
+import torchspmd
 from torchspmd.testing.fuzz import generate, repro_script, run_program
 from torchspmd.sharding import XLAShardedTensor
 from torchspmd.testing.fuzz.oracle import check_shards, expected_sharding_text
-from torchspmd.testing.fuzz.calls import CpuCalls
+from torchspmd.testing.fuzz.calls import CpuCalls, SpmdCalls, WrongOutcome
 from torchspmd.testing.fuzz.runner import INTERNAL, OK, USER, WRONG, run_source
 
 SEED = 20261125
@@ -39,7 +40,8 @@ def test_the_same_seed_and_index_give_the_same_program():
 
 # What users' programs do around their ops, each of which the fuzzer must draw.
 USER_ACTIONS = ("xs.read(", "for step in range(", "xs.manual(", "xs.checkpoint(", "xs.attempt(",
-                "xs.out_of_memory()", "xs.conv_grads(", "xs.compile(", "opt.step()")
+                "xs.out_of_memory()", "xs.conv_grads(", "xs.compile(", "opt.step()",
+                "xs.settled(")
 
 
 def test_programs_draw_every_user_action_and_grouped_convolutions():
@@ -47,6 +49,15 @@ def test_programs_draw_every_user_action_and_grouped_convolutions():
     missing = [a for a in USER_ACTIONS if not any(a in source for source in sources)]
     assert not missing
     assert any("xs.conv_grads(" in s and ", 4, " in s for s in sources)  # groups=4
+
+
+def test_a_step_captured_again_when_called_in_a_row_is_a_wrong_outcome():
+    x = torch.ones(2, device=torchspmd.device())
+    settled = torchspmd.compile(lambda t: t * 2)
+    assert SpmdCalls.settled(lambda: settled(x)).cpu().tolist() == [2.0, 2.0]
+    always = torchspmd.compile(lambda t: t * 2, check_every=1)  # captures on every call
+    with pytest.raises(WrongOutcome, match="captured again on the third call"):
+        SpmdCalls.settled(lambda: always(x))
 
 
 def test_a_device_that_accepts_an_op_cpu_rejects_is_a_wrong_value():

@@ -34,6 +34,14 @@ SHARDING_CONSTRAINT = AnnotationOp("sharding_constraint")
 
 @lowers(SHARDING_CONSTRAINT)
 def sharding_constraint(meta, x, sharding):
+    if 1 in x.shape:
+        # XLA's SPMD partitioner builds an invalid program (an all-gather of the wrong
+        # shape, "Expected instruction to have shape equal to f32[4,2]") for a
+        # constraint on a slice of size 1 taken at the start of a dimension split in
+        # shards of size 1 (`t.narrow(1, 0, 1)` of a tensor sharded 2 ways on 2
+        # columns). A barrier keeps it from looking through to the slice.
+        # tests/lowering/test_xla_size_one_slice.py holds the plain-JAX repro.
+        x = jax.lax.optimization_barrier(x)
     return jax.lax.with_sharding_constraint(x, constraint_for(sharding, x.shape))
 
 

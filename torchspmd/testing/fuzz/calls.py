@@ -15,6 +15,9 @@ programs do around their ops, each of which must leave every value as CPU has it
 - ``xs.attempt(fn)``: an op that raises (on both sides), after which work goes on;
 - ``xs.conv_grads(...)``: a (grouped) convolution with its input and weight gradients;
 - ``xs.compile(fn)``: ``torchspmd.compile`` on the device;
+- ``xs.settled(call)``: a compiled step called three times with nothing in between,
+  whose third call must replay what is already captured (capturing on every call gives
+  right values, so only this check sees it);
 - ``xs.set_weight_decay(opt, v)``, ``xs.edit_state(opt)``, ``xs.edit_parameter(model)``: a
   hyperparameter, optimizer state or a parameter changed by hand between steps.
 
@@ -141,6 +144,13 @@ class CpuCalls:
         return fn
 
     @staticmethod
+    def settled(call):
+        """``call()`` three times; the last call's result."""
+        call()
+        call()
+        return call()
+
+    @staticmethod
     def set_weight_decay(opt: torch.optim.Optimizer, value: float) -> None:
         """A hyperparameter set by hand (a compiled step is captured again)."""
         for group in opt.param_groups:
@@ -170,6 +180,20 @@ class SpmdCalls(CpuCalls):
     clear_sharding = staticmethod(torchspmd.clear_sharding)
     sync = staticmethod(torchspmd.sync)
     compile = staticmethod(torchspmd.compile)
+
+    @staticmethod
+    def settled(call):
+        # The first call may capture (state changed by hand in the loop), and so may the
+        # second: a capture's outputs of state no one annotated come back laid out as
+        # XLA's propagation chose, which the next call's inputs then are (``_placed``).
+        call()
+        call()
+        captures = torchspmd.metrics()["step_captures"]
+        result = call()
+        if torchspmd.metrics()["step_captures"] != captures:
+            raise WrongOutcome("a compiled step called three times with the same arguments "
+                               "and nothing in between was captured again on the third call")
+        return result
 
     @staticmethod
     def _checked(call, t, mesh, spec):

@@ -8,7 +8,8 @@ The step is ``torchspmd.compile``-d or runs lazily with ``sync()``, maybe keepin
 a parameter from before its update and a running average; it gets the same batch,
 two batches in turn, or one tensor as input and target then two; between steps the
 program may change a hyperparameter, the learning rate, the optimizer's state or a
-parameter by hand. Every parameter, its
+parameter by hand. A compiled step is then called three more times with nothing in
+between (``xs.settled``: the third call must not capture again). Every parameter, its
 gradient and the last loss are compared with CPU's. Example::
 
     >>> program = training_program(rng, builder)   # lines written into ``builder``
@@ -106,7 +107,8 @@ def training_program(b, rng: random.Random) -> None:
            + "    return loss")
     compiled = rng.random() < 0.7
     b.emit("step_fn = xs.compile(train_step)" if compiled else "step_fn = train_step")
-    body = [f"loss = step_fn({_step_arguments(b, rng, mesh, x, y, x_spec)})"]
+    arguments = _step_arguments(b, rng, mesh, x, y, x_spec)
+    body = [f"loss = step_fn({arguments})"]
     if not compiled:
         body.append("xs.sync()")
     if scheduled:
@@ -114,6 +116,8 @@ def training_program(b, rng: random.Random) -> None:
     body += _between_steps(rng)
     steps = rng.randint(2, 4)
     b.emit(f"for step in range({steps}):\n" + "\n".join("    " + line for line in body))
+    if compiled:  # three more calls with nothing in between: the third must replay
+        b.emit(f"loss = xs.settled(lambda: step_fn({arguments}))")
     b.assign("loss.detach()")
     if kept:
         b.assign("before")
