@@ -17,7 +17,7 @@ import os
 import jax
 
 from torchspmd.lowering import jax_private
-from torchspmd.runtime import launch, processes
+from torchspmd.runtime import environment, launch, processes
 
 DEFAULT_CPU_DEVICES = 8
 
@@ -26,7 +26,8 @@ def _configure() -> None:
     jax.config.update("jax_enable_x64", True)
     found = launch.from_environment()  # a half-set torchrun environment raises here
     per_host = found.local_world_size if found is not None else 1
-    asked = cpu_devices_asked(os.environ.get("TORCHSPMD_CPU_DEVICES"))
+    asked = environment.positive_int("TORCHSPMD_CPU_DEVICES", "the number of CPU devices JAX "
+                                     "starts in this process", DEFAULT_CPU_DEVICES)
     if not _set_cpu_devices(asked or max(1, DEFAULT_CPU_DEVICES // per_host)):
         _check_started_devices(asked, found)
     cache = os.environ.get("TORCHSPMD_COMPILATION_CACHE")
@@ -47,28 +48,6 @@ def _set_cpu_devices(count: int) -> bool:
         return False
     return True
 
-
-def cpu_devices_asked(text: str | None) -> int | None:
-    """``TORCHSPMD_CPU_DEVICES`` as a device count (``None`` when unset).
-
-    >>> cpu_devices_asked("4")
-    4
-    >>> cpu_devices_asked("four")
-    Traceback (most recent call last):
-    ...
-    ValueError: torchspmd: TORCHSPMD_CPU_DEVICES='four' must be a positive integer (the number of CPU devices JAX starts in this process), e.g. TORCHSPMD_CPU_DEVICES=8.
-    """
-    if text is None or not text.strip():
-        return None
-    try:
-        count = int(text)
-    except ValueError:
-        count = 0
-    if count < 1:
-        raise ValueError(f"torchspmd: TORCHSPMD_CPU_DEVICES={text!r} must be a positive "
-                         "integer (the number of CPU devices JAX starts in this process), "
-                         "e.g. TORCHSPMD_CPU_DEVICES=8.")
-    return count
 
 
 def _check_started_devices(asked: int | None, found: launch.Launch | None) -> None:

@@ -13,7 +13,7 @@ import sys
 
 import pytest
 
-from torchspmd.jax_setup import cpu_devices_asked
+from torchspmd.runtime.environment import positive_int
 
 JAX_FIRST = """
 import jax, jax.numpy as jnp
@@ -61,12 +61,17 @@ def test_a_torchrun_launch_after_jax_started_says_to_import_torchspmd_first():
     assert "import torchspmd before the program's first JAX operation" in last
 
 
+def cpu_devices(text: str | None) -> int | None:
+    environ = {} if text is None else {"TORCHSPMD_CPU_DEVICES": text}
+    return positive_int("TORCHSPMD_CPU_DEVICES", "the number of CPU devices", 8, environ)
+
+
 @pytest.mark.parametrize("text", ["four", "0", "-2", "1.5"])
 def test_a_device_count_that_is_no_positive_integer_is_named(text):
-    with pytest.raises(ValueError, match=f"TORCHSPMD_CPU_DEVICES='{text}' must be a positive"):
-        cpu_devices_asked(text)
+    with pytest.raises(ValueError, match=f"TORCHSPMD_CPU_DEVICES='{text}' must be an int >= 1"):
+        cpu_devices(text)
 
 
 @pytest.mark.parametrize("text, count", [(None, None), ("", None), ("8", 8), (" 2 ", 2)])
 def test_an_unset_or_integer_device_count_is_read(text, count):
-    assert cpu_devices_asked(text) == count
+    assert cpu_devices(text) == count

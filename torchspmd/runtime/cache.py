@@ -14,10 +14,10 @@ Example::
 
 from __future__ import annotations
 
-import os
 from collections import OrderedDict
 from typing import Any, Hashable
 
+from torchspmd.runtime import environment
 from torchspmd.runtime.metrics import COUNTERS
 
 __all__ = ["LRU", "DEFAULT_PROGRAMS", "programs_capacity_from_env"]
@@ -81,14 +81,6 @@ class LRU:
 
 def programs_capacity_from_env() -> int:
     """``TORCHSPMD_COMPILE_CACHE_SIZE`` as an int (default :data:`DEFAULT_PROGRAMS`)."""
-    text = os.environ.get("TORCHSPMD_COMPILE_CACHE_SIZE", "")
-    if not text:
-        return DEFAULT_PROGRAMS
-    try:
-        value = int(text)
-    except ValueError:
-        value = 0
-    if value < 1:
-        raise ValueError(f"TORCHSPMD_COMPILE_CACHE_SIZE must be an int >= 1 (the number of "
-                         f"compiled programs kept), got {text!r}")
-    return value
+    asked = environment.positive_int("TORCHSPMD_COMPILE_CACHE_SIZE",
+                                     "the number of compiled programs kept", DEFAULT_PROGRAMS)
+    return DEFAULT_PROGRAMS if asked is None else asked
