@@ -49,7 +49,6 @@ def _set_cpu_devices(count: int) -> bool:
     return True
 
 
-
 def _check_started_devices(asked: int | None, found: launch.Launch | None) -> None:
     """JAX ran before torchspmd was imported: its devices are fixed. Go on with them
     unless the environment asks for what they can no longer become."""

@@ -8,6 +8,7 @@ a collection (which never goes below zero) does not grow from step to step, howe
 many tensors the step updates. (It grew by ~900 per step at 150 parameters: a young
 collection every step, and every ~400 steps a full one of ~250 ms.)"""
 
+import contextlib
 import gc
 
 import pytest
@@ -17,24 +18,33 @@ import torchspmd as xs
 from tests.step.helpers import DEVICE, batches, mlp, on_device, train_step
 
 
-@pytest.fixture
-def collections():
-    """The collections that start while the test runs, and a collector that starts one at
-    every container made (a threshold of 1), so that any allocation would collect."""
+@contextlib.contextmanager
+def collections_started(threshold: int | None = None):
+    """The generations of the collections that start inside the block; with
+    ``threshold``, the collector's first threshold meanwhile."""
     started = []
 
     def note(phase, info):
         if phase == "start":
             started.append(info["generation"])
 
-    threshold = gc.get_threshold()
+    saved = gc.get_threshold()
     gc.callbacks.append(note)
-    gc.set_threshold(1)
+    if threshold is not None:
+        gc.set_threshold(threshold)
     try:
         yield started
     finally:
-        gc.set_threshold(*threshold)
+        gc.set_threshold(*saved)
         gc.callbacks.remove(note)
+
+
+@pytest.fixture
+def collections():
+    """The collections that start while the test runs, and a collector that starts one at
+    every container made (a threshold of 1), so that any allocation would collect."""
+    with collections_started(threshold=1) as started:
+        yield started
 
 
 def _step_and_data(steps: int = 3):
@@ -70,22 +80,13 @@ def test_a_loop_of_replays_is_due_no_collection(read_every):
     for x, y in data[:4]:  # capture, first replays
         step(*on_device(x, y)).item()
     assert gc.get_threshold()[0] == 700  # Python's default
-    started = []
-
-    def note(phase, info):
-        if phase == "start":
-            started.append(info["generation"])
-
     replays = xs.metrics()["step_replays"]
     gc.collect()
-    gc.callbacks.append(note)
-    try:
+    with collections_started() as started:
         for i, (x, y) in enumerate(data[4:]):  # the usual loop: each batch uploaded in it
             loss = step(*on_device(x, y))
             if i % read_every == read_every - 1:
                 assert torch.isfinite(loss.cpu())
-    finally:
-        gc.callbacks.remove(note)
     assert xs.metrics()["step_replays"] == replays + 30
     assert started == []
 

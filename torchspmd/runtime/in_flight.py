@@ -7,10 +7,11 @@ is one more reference to its array that donation must not mistake for a holder
 graph) is kept until the host next waits for the devices, or before the next run at the
 latest (``release_spent``): freeing costs host time (~1 µs per array on one device,
 ~4 µs per 8-shard array), which before a launch delays the launch, while the host waits
-for the devices it delays nothing. A compiled step that runs again with nothing else
-in between frees its last call's leftovers just after its own launch instead
-(``spent_only_by``): those are none of its donated inputs, and freed after the call
-made its own new arrays they keep Python's garbage collector from being due.
+for the devices it delays nothing. A compiled step's leftovers are the exception: a
+read keeps them, and the step's next call, if no other run came in between, frees them
+just after its own launch (``spent_only_by``): they are none of its donated inputs, and
+freed after the call made its own new arrays they keep Python's garbage collector from
+being due.
 
 Example::
 
