@@ -231,6 +231,54 @@ def test_amp_autocast_scaler_and_syncfree_optimizer_train_like_cpu_autocast():
         torch.testing.assert_close(p.cpu(), p_cpu)
 
 
+def test_a_compiled_scaled_step_with_a_syncfree_optimizer_skips_an_inf_step_as_the_cpu():
+    """PyTorch/XLA's reason for ``syncfree``: ``scaler.step`` inside
+    ``torch_xla.compile(full_graph=True)`` reads nothing on the host, and the inf step is
+    skipped on the device."""
+    from torch_xla.amp import GradScaler, syncfree
+
+    def run(device, opt_cls, scaler):
+        torch.manual_seed(0)
+        model = torch.nn.Linear(8, 4).to(device)
+        opt = opt_cls(model.parameters(), lr=0.01)
+
+        def step(x):
+            opt.zero_grad()
+            scaler.scale(model(x).square().mean()).backward()
+            scaler.step(opt)
+            scaler.update()
+
+        run_step = torch_xla.compile(step, full_graph=True) if device != "cpu" else step
+        for i in range(5):
+            x = torch.randn(2, 8, generator=torch.Generator().manual_seed(i))
+            if i == 2:
+                x[0, 0] = float("inf")
+            run_step(x.to(device))
+        return [p.detach().cpu() for p in model.parameters()], scaler.get_scale()
+
+    cpu_params, cpu_scale = run("cpu", lambda p, lr: torch.optim.AdamW(p, lr=lr, fused=True),
+                                torch.amp.GradScaler("cpu", init_scale=256.0))
+    before = torchspmd.metrics()["step_replays"]
+    params, scale = run(xm.xla_device(), syncfree.AdamW, GradScaler(init_scale=256.0))
+    assert torchspmd.metrics()["step_replays"] - before >= 3
+    assert scale == cpu_scale == 128.0
+    for p, q in zip(params, cpu_params):
+        torch.testing.assert_close(p, q)
+
+
+def test_a_syncfree_step_given_found_inf_changes_nothing():
+    from torch_xla.amp import syncfree
+
+    model = torch.nn.Linear(3, 2).to(xm.xla_device())
+    opt = syncfree.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    model(torch.ones(1, 3, device=xm.xla_device())).sum().backward()
+    before = [p.detach().cpu() for p in model.parameters()]
+    opt.step(found_inf=torch.ones(1, device=xm.xla_device()))
+    assert all(torch.equal(p.detach().cpu(), q) for p, q in zip(model.parameters(), before))
+    opt.step(found_inf=torch.zeros(1, device=xm.xla_device()))
+    assert not torch.equal(model.weight.detach().cpu(), before[0])
+
+
 def test_profiler_records_a_trace_in_the_process(tmp_path):
     import torch_xla.debug.profiler as xp
 

@@ -11,7 +11,9 @@ other ops, so a scaled step stays one program. Semantics are CUDA's kernels':
   one (a grown scale that is not finite is left as it was).
 
 ``GradScaler.step`` reads ``found_inf`` on the host to decide whether to step, so with
-``torchspmd.compile`` the scaler's ``step``/``update`` go outside the compiled function.
+``torchspmd.compile`` the scaler's ``step``/``update`` go outside the compiled function;
+except with a fused optimizer (``fused=True``), which takes ``found_inf`` into its kernel
+(``lowering/fused_optimizers.py``): then the whole scaled step compiles.
 
 Example::
 

@@ -29,9 +29,16 @@ _SHAPE_SCALAR_OPS = {"arange", "linspace", "logspace", "randint", "randint_like"
 SPECIAL_EXPONENTS = frozenset({-2, -1, 0, 1, 2, 3, -0.5, 0.5})  # PyTorch's own special cases
 _EXPONENT_OPS = {"pow", "pow_"}
 
+# A fused optimizer's ``float lr`` is a value: a schedule changes it every step, and as a
+# constant each new rate would compile a new program (``lowering/fused_optimizers.py``).
+_LEARNING_RATE_OPS = {f"_fused_{name}{suffix}" for name in ("adam", "adamw", "sgd", "adagrad")
+                      for suffix in ("", "_")}
+
 
 def _kind(arg: torch.Argument, op_name: str) -> int:
     text = str(arg.type)
+    if arg.name == "lr" and text == "float" and op_name in _LEARNING_RATE_OPS:
+        return SCALAR
     if "Tensor" in text:
         if text.startswith("List[Optional[Tensor]]"):
             return INDICES

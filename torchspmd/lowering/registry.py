@@ -16,7 +16,9 @@ Calling convention, for ``@lowers(torch.ops.aten.add.Tensor)``::
   Python numbers *or* 0-d JAX arrays (graph inputs, so a changing learning rate does not
   recompile): use them as values, never in Python control flow. Sizes, dims and other
   non-Scalar arguments (``int``, ``int[]``, ``bool``, ``float`` like ``eps``) are static
-  Python values.
+  Python values; a static ``float`` arrives as a ``StaticFloat``, which equals no plain
+  number (``StaticFloat(0.0) != 0``: cache keys tell ``1.0`` from ``1``), so compare
+  ``float(eps)``.
 - Return one ``jax.Array`` (or a tuple/list for multi-output ops) with exactly
   ``meta``'s shape and dtype; compute in ``meta.dtype`` (cast inputs explicitly, as
   JAX's promotion differs from PyTorch's).

@@ -26,7 +26,10 @@ from torchspmd.testing.fuzz import flow
 _ACTIVATIONS = ("torch.nn.GELU()", "torch.nn.ReLU()", "torch.nn.Tanh()")
 _OPTIMIZERS = ("torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)",
                "torch.optim.Adam(model.parameters(), lr=0.01)",
-               "torch.optim.AdamW(model.parameters(), lr=0.01, weight_decay=0.1)")
+               "torch.optim.AdamW(model.parameters(), lr=0.01, weight_decay=0.1)",
+               # fused: one op per step (``lowering/fused_optimizers.py``)
+               "torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9, fused=True)",
+               "torch.optim.AdamW(model.parameters(), lr=0.01, weight_decay=0.1, fused=True)")
 
 
 # What the loop may do after each step, with each line's chance: reads, a checkpoint, a

@@ -3,7 +3,7 @@
 PyTorch/XLA's ``autocast(device)`` is ``torch.autocast`` on its device; here it is
 ``torch.autocast("spmd")`` (bfloat16 unless ``dtype`` says otherwise, as on TPU), and
 ``GradScaler`` is ``torch.amp.GradScaler("spmd")``. The ``syncfree`` optimizers are
-``torch.optim``'s (``syncfree``).
+``torch.optim``'s with ``fused=True``, which skip an inf step on the device (``syncfree``).
 
 Example (after ``torchspmd.compat.install()``)::
 
