@@ -18,6 +18,7 @@ Example::
 from __future__ import annotations
 
 import contextlib
+import sys
 import weakref
 
 # The active recording, or None (a one-element list so hooks read it without a global).
@@ -91,14 +92,48 @@ def is_recording() -> bool:
 
 
 def refuse_host_read(what: str) -> None:
-    """Raise :class:`HostReadInStep` naming ``what`` if a step is being recorded."""
+    """Raise :class:`HostReadInStep` naming ``what`` (and the library code that read, if
+    any: ``_library_hint``) if a step is being recorded."""
     if ACTIVE[0] is not None:
         raise HostReadInStep(
             f"torchspmd.compile: {what} needs a device value on the host inside a compiled "
             "step. A compiled step runs as one program with no Python between its ops, so "
             "it cannot read values while it runs: move this out of the step (return the "
             "tensor from the step and read it after the call), or run the step without "
-            "torchspmd.compile.")
+            f"torchspmd.compile.{_library_hint(sys._getframe(1))}")
+
+
+# Library code that reads on the host inside a step, and what to do instead. The
+# reads come from inside PyTorch, so the generic advice does not say which call it was.
+_LIBRARY_READS = (
+    ("torch/amp/grad_scaler.py",
+     "GradScaler.step reads whether a gradient was inf or NaN: give it a fused optimizer "
+     "(fused=True: Adam, AdamW, SGD, Adagrad), which skips the step on the device, or call "
+     "scaler.step and scaler.update after the compiled function."),
+    ("torch/optim/_adafactor.py",
+     "Adafactor's update reads each parameter's norm on the host: call opt.step() after "
+     "the compiled function."),
+    ("torch/optim/lbfgs.py",
+     "LBFGS's line search reads the loss on the host: call opt.step(closure) after the "
+     "compiled function."),
+    ("torch/optim/",
+     "the optimizer reads a value on the host with these options: foreach=True (or fused=True "
+     "where the optimizer has it) keeps its math on the device, or call opt.step() after "
+     "the compiled function."),
+)
+
+
+def _library_hint(frame) -> str:
+    """`` The read is in <file>:<line> (<function>): <advice>`` for the innermost frame
+    of a library in ``_LIBRARY_READS``, else ''."""
+    while frame is not None:
+        path = frame.f_code.co_filename.replace("\\", "/")
+        for where, advice in _LIBRARY_READS:
+            if where in path:
+                at = f"{path.split('site-packages/')[-1]}:{frame.f_lineno}"
+                return f" The read is in {at} ({frame.f_code.co_name}): {advice}"
+        frame = frame.f_back
+    return ""
 
 
 @contextlib.contextmanager
