@@ -47,6 +47,21 @@ def _allocate(size, stride, dtype) -> SpmdTensor:
     return SpmdTensor(allocate_handle(meta), resizable=True)
 
 
+def _pin_memory(self, device=None):
+    """``aten::_pin_memory`` of a CPU tensor. Pinned (page-locked) host memory is a CUDA
+    notion a Python backend cannot provide (``getPinnedMemoryAllocator`` has no Python
+    hook), yet ``DataLoader(pin_memory=True)`` pins for the current accelerator, spmd:
+    pinning for it is a plain copy (JAX uploads from ordinary host memory). Any other
+    device pins as PyTorch does."""
+    target = device if device is not None else torch.accelerator.current_accelerator()
+    if target is not None and torch.device(target).type == "spmd":
+        return self.clone(memory_format=torch.contiguous_format)
+    return aten._pin_memory.default.redispatch(_COMPOSITE, self, device)
+
+
+_COMPOSITE = torch._C.DispatchKeySet(torch._C.DispatchKey.CompositeExplicitAutograd)
+
+
 def _factory_ops() -> list:
     """Lowered ops that take no tensor and a ``device=``: ``arange``, ``randn``, ``triu_indices``...
 
@@ -163,6 +178,7 @@ def register() -> None:
     _LIBRARY.impl("empty.memory_format", _empty, "PrivateUse1")
     _LIBRARY.impl("empty_strided", _empty_strided, "PrivateUse1")
     _LIBRARY.impl("_copy_from", _copy_from, "PrivateUse1")
+    _LIBRARY.impl("_pin_memory", _pin_memory, "CPU")
     for op in _factory_ops():
         _LIBRARY.impl(op._schema.name.split("::")[-1] + _overload_suffix(op), _record_factory(op),
                       "PrivateUse1")
