@@ -5,8 +5,8 @@ from torchspmd.lowering import (  # noqa: F401  (each module fills the table at 
     embedding_bag, factorizations, factory, fft, foreach, indexing, ldl, linalg, logaddexp,
     nn, normalization, order_statistics, orthogonal_polynomials, pool3d, random, reductions,
     shape, sized, solvers, special, unary, upsample, zeta)
-from torchspmd.lowering import (fractional_pool, fused_optimizers, grouped_mm, histograms,  # noqa: F401
-                                margin_losses, rnn_cells, segments)
+from torchspmd.lowering import (fractional_pool, fused_optimizers, grid_sample,  # noqa: F401
+                                grouped_mm, histograms, margin_losses, rnn_cells, segments)
 from torchspmd.lowering.registry import LOWERINGS, RANDOM_OPS, lowers
 
 __all__ = ["LOWERINGS", "RANDOM_OPS", "lowers"]
