@@ -24,7 +24,7 @@ from torchspmd.lazy import provenance
 from torchspmd.lazy.handle import Handle
 from torchspmd.lazy.node import IDENTITY_OPS, TENSOR, Node, ScalarSlot, TensorMeta
 from torchspmd.lazy.record import freeze, leaf_signature, meta_of, record
-from torchspmd.lazy.schema import (EXPONENT, INDICES, SCALAR, SCALARS, SPECIAL_EXPONENTS, STATIC, TENSORS,
+from torchspmd.lazy.schema import (EXPONENT, HOST_TENSOR, INDICES, SCALAR, SCALARS, SPECIAL_EXPONENTS, STATIC, TENSORS,
                                    op_schema)
 from torchspmd.lazy.schema import TENSOR as KIND_TENSOR
 from torchspmd.lazy.views import view_step
@@ -184,7 +184,7 @@ def _slot(arg, kind, inputs, metas, scalars):
         scalars.append(arg)
         return slot
     if isinstance(arg, torch.Tensor):  # a CPU tensor; PyTorch allows 0-d ones with devices
-        if arg.dim() != 0:
+        if arg.dim() != 0 and kind != HOST_TENSOR:
             raise RuntimeError("Expected all tensors to be on the same device, but found at "
                                f"least two devices, spmd:0 and {arg.device}!")
         return _host_input(arg, inputs, metas)

@@ -15,9 +15,13 @@ from torch._ops import OpOverload
 
 aten = torch.ops.aten
 
-STATIC, TENSOR, TENSORS, SCALAR, SCALARS, EXPONENT, INDICES = range(7)
+STATIC, TENSOR, TENSORS, SCALAR, SCALARS, EXPONENT, INDICES, HOST_TENSOR = range(8)
 # INDICES: an indexing op's ``Tensor?[]`` (``x[i]``, ``x[i] = v``), where PyTorch lets a
 # device tensor be indexed by CPU tensors (they go to the device with the op).
+# HOST_TENSOR: a tensor argument that may be a CPU tensor, which goes to the device with
+# the op, as on CUDA: CTC's lengths (``F.ctc_loss`` is called with CPU lengths).
+_HOST_TENSORS = {("_ctc_loss", "input_lengths"), ("_ctc_loss", "target_lengths"),
+                 ("_ctc_loss_backward", "input_lengths"), ("_ctc_loss_backward", "target_lengths")}
 
 # Scalars that decide output shapes must stay static.
 _SHAPE_SCALAR_OPS = {"arange", "linspace", "logspace", "randint", "randint_like", "randperm"}
@@ -42,6 +46,8 @@ def _kind(arg: torch.Argument, op_name: str) -> int:
     if "Tensor" in text:
         if text.startswith("List[Optional[Tensor]]"):
             return INDICES
+        if (op_name, arg.name) in _HOST_TENSORS:
+            return HOST_TENSOR
         return TENSORS if text.startswith("List") else TENSOR
     if "number" in text and op_name not in _SHAPE_SCALAR_OPS:
         if op_name in _EXPONENT_OPS and arg.name == "exponent":

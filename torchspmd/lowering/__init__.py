@@ -1,7 +1,7 @@
 """aten -> JAX lowerings: importing this package fills ``registry.LOWERINGS``."""
 
 from torchspmd.lowering import (  # noqa: F401  (each module fills the table at import)
-    activations, annotation_ops, attention, barrier, bessel, binary, conv, distances,
+    activations, annotation_ops, attention, barrier, bessel, binary, conv, ctc, distances,
     embedding_bag, factorizations, factory, fft, foreach, indexing, ldl, linalg, logaddexp,
     nn, normalization, order_statistics, orthogonal_polynomials, pool3d, random, reductions,
     shape, sized, solvers, special, unary, upsample, zeta)
