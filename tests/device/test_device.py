@@ -102,9 +102,8 @@ def test_numpy_raises_like_cuda():
 
 
 def test_unsupported_op_names_itself():
-    x, grid = torch.ones(1, 1, 2, 2, 2, device="spmd"), torch.zeros(1, 1, 1, 1, 3, device="spmd")
-    with pytest.raises(NotImplementedError, match="torchspmd: aten::grid_sampler_3d"):
-        torch.nn.functional.grid_sample(x, grid, align_corners=False)
+    with pytest.raises(NotImplementedError, match="torchspmd: aten::quantize_per_tensor"):
+        torch.quantize_per_tensor(torch.ones(2, device="spmd"), 0.1, 0, torch.quint8)
 
 
 def test_model_to_device():
