@@ -20,8 +20,8 @@ from torchspmd.device.guard import DeviceGuard
 from torchspmd.device.guard import install as install_backward_errors
 from torchspmd.lowering import LOWERINGS
 from torchspmd.device.tensor import SpmdTensor, check_device_index
-from torchspmd.device import (attention, autocast, checkpoint_fence, grad_scaler, immediate,
-                              tied_parameters)
+from torchspmd.device import (accelerator, attention, autocast, checkpoint_fence, grad_scaler,
+                              immediate, tied_parameters)
 from torchspmd.jax_setup import devices
 from torchspmd.lazy.node import TensorMeta
 from torchspmd.runtime import rng
@@ -172,6 +172,7 @@ def register() -> None:
     checkpoint_fence.install()
     autocast.install()
     grad_scaler.install()
+    accelerator.install()
     attention.install()
     immediate.install()
     _LIBRARY = torch.library.Library("aten", "IMPL")
