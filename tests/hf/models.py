@@ -25,6 +25,18 @@ def tiny_llama() -> nn.Module:
     return LlamaForCausalLM(config)
 
 
+def tiny_sliding_mistral() -> nn.Module:
+    """Mistral whose sliding window (6) is shorter than a prompt and its new tokens."""
+    from transformers import MistralConfig, MistralForCausalLM
+
+    config = MistralConfig(vocab_size=VOCAB, hidden_size=32, intermediate_size=64,
+                           num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+                           max_position_embeddings=64, sliding_window=6, pad_token_id=0,
+                           bos_token_id=1, eos_token_id=2)
+    torch.manual_seed(0)
+    return MistralForCausalLM(config)
+
+
 def tiny_gpt2() -> nn.Module:
     """GPT-2, whose ``lm_head`` is tied to the token embedding ``wte``."""
     from transformers import GPT2Config, GPT2LMHeadModel

@@ -16,7 +16,8 @@ import torchspmd
 import torchspmd.generation
 from torchspmd.generation import RecompileWarning
 
-from tests.hf.models import VOCAB, cpu_and_copy, on_device, tiny_gpt2, tiny_llama
+from tests.hf.models import (VOCAB, cpu_and_copy, on_device, tiny_gpt2, tiny_llama,
+                             tiny_sliding_mistral)
 
 NEW_TOKENS = 8
 
@@ -131,6 +132,22 @@ def test_dynamic_cache_matches_cpu_and_counts_each_recompile_with_one_warning(na
     cpu_tokens = generate(cpu, prompt, new_tokens=4, cache="dynamic", sample=True, seed=3)[0]
     assert torch.equal(tokens, cpu_tokens)
     assert m["graphs_compiled"] == 0 == m["generate_recompiles"]
+
+
+def test_a_static_cache_with_sliding_window_layers_runs_lazily_with_cpus_tokens():
+    """A sliding-window layer counts its positions in a Python int that a compiled replay
+    would not advance (the decode step wrote past its window: an index error), and a
+    prompt padded to a bucket would push the prompt out of the window. It runs as a
+    dynamic cache does: lazily, recompiles counted, one warning naming the cause."""
+    cpu, model = on_device(tiny_sliding_mistral)
+    prompt = prompt_of(5, batch=2)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        tokens, m = generate(model, prompt, new_tokens=10)
+    assert torch.equal(tokens, generate(cpu, prompt, new_tokens=10)[0])
+    assert m["step_captures"] == 0 and m["generate_device_loops"] == 0
+    warned = [str(w.message) for w in caught if issubclass(w.category, RecompileWarning)]
+    assert len(warned) == 1 and "sliding-window layers" in warned[0]
 
 
 def tp_mesh():

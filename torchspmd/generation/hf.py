@@ -14,7 +14,8 @@ where things run, on that model instance only, and none of ``generate``'s semant
 - the decode step is a :func:`torchspmd.compile` step: captured once, then one replayed
   program per token; the prefill runs lazily, one program per bucket;
 - while generating, ``nn.Linear`` layers run as one einsum each (``_einsum_linears``);
-- with a dynamic cache the model runs lazily, and a :class:`RecompileWatch` counts each
+- with a dynamic cache (or a static one with sliding-window layers, ``static_cache.is_static``)
+  the model runs lazily, and a :class:`RecompileWatch` counts each
   token's recompile and warns once, naming ``cache_implementation="static"``.
 
 Example::
@@ -46,6 +47,12 @@ from torchspmd.step import HostReadInStep, compile as compile_step
 
 # Recompiles of a dynamic-cache loop tolerated before the warning.
 _WARN_AFTER = 3
+_STATIC_REMEDY = ('Pass cache_implementation="static" to generate: it compiles one decode '
+                  "program for all tokens")
+_SLIDING_REMEDY = ("The static cache has sliding-window layers, whose positions Hugging Face "
+                   "counts in a Python int that a compiled replay would not advance: they run "
+                   "lazily, with correct values; a cache without sliding-window layers decodes "
+                   "with one program")
 _PADDED_BY_POSITION = ("position_ids", "decoder_position_ids")
 _PADDED_BY_REPEAT = ("token_type_ids", "mm_token_type_ids")
 
@@ -75,8 +82,7 @@ class HFGeneration:
         # The model reads a value on the host in its decode forward (``if mask.any():``),
         # so its decode step cannot be one program: it runs lazily, token by token.
         self.reads_on_host = False
-        self.watch = RecompileWatch(_WARN_AFTER, 'Pass cache_implementation="static" to '
-                                    "generate: it compiles one decode program for all tokens")
+        self.watch = RecompileWatch(_WARN_AFTER, _STATIC_REMEDY)
 
     def install(self) -> None:
         """Route this model's ``generate`` through the adaptation (instance attributes only)."""
@@ -214,6 +220,8 @@ class HFGeneration:
         cache = kwargs.get("cache")
         if isinstance(cache, Cache):
             shapes["cache"] = (int(cache.get_seq_length()),)
+        self.watch.remedy = (_SLIDING_REMEDY if static_cache.has_sliding_layers(cache)
+                             else _STATIC_REMEDY)
         self.watch.observe(shapes, COUNTERS["graphs_compiled"] - before)
         return out
 

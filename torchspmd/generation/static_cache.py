@@ -20,8 +20,17 @@ _FIELDS = ("keys", "values", "cumulative_length")  # per layer, in ``tensors``' 
 
 
 def is_static(cache) -> bool:
-    """Whether ``cache`` is a static cache (fixed shapes: one decode program)."""
-    return isinstance(cache, StaticCache)
+    """Whether ``cache`` is a static cache whose state is all in tensors (fixed shapes:
+    one decode program). A sliding-window layer (Mistral's ``sliding_window``, the
+    sliding layers of Gemma 2 and 3) counts its positions in a Python int and picks its
+    update by it: a replay would not advance it, and a prompt padded to a bucket would
+    push the prompt out of its window. Such caches run as dynamic ones do, lazily."""
+    return isinstance(cache, StaticCache) and not has_sliding_layers(cache)
+
+
+def has_sliding_layers(cache) -> bool:
+    """Whether ``cache`` has a sliding-window layer (see :func:`is_static`)."""
+    return any(getattr(layer, "is_sliding", False) for layer in getattr(cache, "layers", ()))
 
 
 def length(cache: Cache) -> int:

@@ -36,6 +36,7 @@ from torchspmd.lowering.registry import infers, lowers
 
 aten = torch.ops.aten
 
+
 def _ops(name: str, *overloads: str) -> list:
     """The overloads of ``aten.<name>`` this PyTorch has (``default`` and ``tensor_lr``
     unless named): the set has grown from release to release."""
