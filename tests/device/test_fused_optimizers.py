@@ -195,3 +195,47 @@ def test_a_scaled_step_with_inf_on_its_first_call_matches_the_cpu():
     model, opt, _, scales = _scaled_training(DEV, True, blowups=(0, 3, 4))
     assert scales == cpu_scales
     _assert_same_training(cpu_model, cpu_opt, model, opt)
+
+
+def test_scaled_accumulation_with_unscale_and_clipping_compiles_and_matches_cpu():
+    """Two compiled functions: micro-steps that scale and accumulate, and an update that
+    unscales, clips, steps a fused optimizer through the scaler and updates the scale;
+    one micro-batch holds a NaN (that update is skipped, the scale backs off)."""
+    def run(dev, compiled: bool):
+        model = _model(dev)
+        opt = torch.optim.AdamW(model.parameters(), lr=0.01, weight_decay=0.1, fused=True)
+        scaler = torch.amp.GradScaler("cpu" if dev == "cpu" else "spmd", init_scale=2.0 ** 10,
+                                      growth_interval=3)
+
+        def micro(x, y):
+            loss = (model(x) - y).square().mean() / 2
+            scaler.scale(loss).backward()
+            return loss
+
+        def update():
+            scaler.unscale_(opt)
+            norm = torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+            scaler.step(opt)
+            scaler.update()
+            opt.zero_grad()
+            return norm
+
+        if compiled:
+            micro, update = torchspmd.compile(micro), torchspmd.compile(update)
+        seen = []
+        batches = _batches(10)
+        for i in range(5):
+            for x, y in batches[2 * i:2 * i + 2]:
+                if i == 2:
+                    x = x.clone()
+                    x[1, 1] = float("nan")
+                micro(x.to(dev), y.to(dev))
+            seen.append((update().item(), scaler.get_scale()))
+        return model, opt, seen
+
+    cpu_model, cpu_opt, want = run("cpu", False)
+    model, opt, got = run(DEV, True)
+    assert [s for _, s in got] == [s for _, s in want] == [1024.0] * 2 + [512.0] * 3
+    np.testing.assert_allclose([n for n, _ in got], [n for n, _ in want], rtol=1e-5)
+    for p, q in zip(cpu_model.parameters(), model.parameters()):
+        torch.testing.assert_close(q.detach().cpu(), p.detach(), rtol=1e-5, atol=1e-6)

@@ -77,3 +77,30 @@ def test_a_compiled_forward_and_backward_with_the_scaler_stepping_outside_matche
     assert scale == want_scale
     for p, q in zip(got, want):
         torch.testing.assert_close(p, q, rtol=1e-6, atol=1e-7)
+
+
+def test_a_scale_made_inside_a_compiled_step_is_state_that_later_calls_read():
+    """GradScaler makes its scale on its first ``scale()``. Made inside a captured step, it
+    was an op of the program (PyTorch objects other than modules and optimizers were not
+    walked), so every replay scaled by the initial scale, whatever ``update()`` set: after
+    a backoff, the gradients came out twice too large."""
+    def grads(compiled: bool):
+        torch.manual_seed(0)
+        model = nn.Linear(4, 3).to(DEV)
+        scaler = torch.amp.GradScaler("spmd", init_scale=1024.0)
+
+        def micro(x):
+            scaler.scale(model(x).square().mean()).backward()
+
+        run = torchspmd.compile(micro) if compiled else micro
+        seen = []
+        for i in range(4):
+            model.zero_grad()
+            run(torch.ones(2, 4).to(DEV) * (i + 1))
+            seen.append(model.weight.grad.cpu())
+            if i == 1:
+                scaler.update(new_scale=512.0)
+        return seen
+
+    for got, want in zip(grads(True), grads(False)):
+        torch.testing.assert_close(got, want)

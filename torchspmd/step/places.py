@@ -25,6 +25,11 @@ from torchspmd.device.tensor import SpmdTensor
 from torchspmd.step.optim import NUMBERS
 
 MAX_DEPTH = 6  # how deep find_places looks from a root
+# PyTorch objects other than modules and optimizers are not looked into (their internals
+# hold tensors that are no step's state), except these, whose attributes are state: a
+# GradScaler's scale and growth tracker are made on its first ``scale()``, often inside a
+# step, and updated in place by later steps.
+_STATEFUL_TORCH_TYPES = (torch.amp.GradScaler,)
 _SKIPPED_TYPES = (types.ModuleType, types.FunctionType, types.BuiltinFunctionType, type,
                   types.MethodType, str, bytes, int, float, bool, type(None), torch.device,
                   torch.dtype)
@@ -229,8 +234,9 @@ def _visit(obj, places: Places, seen: set[int], depth: int) -> None:
         _visit_items(obj, enumerate(obj), places, seen, depth, settable=True)
     elif isinstance(obj, tuple):
         _visit_items(obj, enumerate(obj), places, seen, depth, settable=False)
-    elif type(obj).__module__.split(".")[0] not in ("builtins", "torch", "jax", "numpy") \
-            and hasattr(obj, "__dict__"):
+    elif isinstance(obj, _STATEFUL_TORCH_TYPES) or (
+            type(obj).__module__.split(".")[0] not in ("builtins", "torch", "jax", "numpy")
+            and hasattr(obj, "__dict__")):
         _visit_attributes(obj, places, seen, depth)
 
 
@@ -356,7 +362,8 @@ def _contents(obj) -> tuple[list, bool, bool]:
         return list(obj.items()), True, False
     if isinstance(obj, (list, tuple)):
         return list(enumerate(obj)), isinstance(obj, list), False
-    walked_types = (torch.nn.Module, torch.optim.Optimizer, torch.optim.lr_scheduler.LRScheduler)
+    walked_types = (torch.nn.Module, torch.optim.Optimizer, torch.optim.lr_scheduler.LRScheduler,
+                    *_STATEFUL_TORCH_TYPES)
     if isinstance(obj, walked_types) or (
             type(obj).__module__.split(".")[0] not in ("builtins", "torch", "jax", "numpy")
             and hasattr(obj, "__dict__")):
