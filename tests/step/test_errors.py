@@ -125,6 +125,60 @@ def test_updating_a_global_tensor_in_place_is_replayed():
     assert counter.item() == 12.0
 
 
+cache = None
+
+
+@pytest.mark.parametrize("where", ["global", "closure", "unbound global"])
+def test_a_tensor_bound_on_first_use_is_state_later_calls_update(where):
+    """``if cache is None: cache = zeros(...)`` in the step: the call that binds it is a
+    warm-up, the next captures with the tensor in place. It was captured with the zeros
+    made inside the program: each replay added to new zeros (3.0 every call, not 3, 6,
+    9, 12) and the global kept the first call's tensor."""
+    global cache
+    cache = None
+    holder = None
+    globals().pop("fresh_cache", None)
+
+    def step_global(x):
+        global cache
+        if cache is None:
+            cache = torch.zeros(3).to(DEVICE)
+        cache.add_(x)
+        return cache.sum()
+
+    def step_closure(x):
+        nonlocal holder
+        if holder is None:
+            holder = torch.zeros(3).to(DEVICE)
+        holder.add_(x)
+        return holder.sum()
+
+    def step_unbound(x):
+        global fresh_cache
+        if "fresh_cache" not in globals():
+            fresh_cache = torch.zeros(3).to(DEVICE)
+        fresh_cache.add_(x)
+        return fresh_cache.sum()
+
+    step = xs.compile({"global": step_global, "closure": step_closure,
+                       "unbound global": step_unbound}[where])
+    sums = [step(torch.ones(3).to(DEVICE)).item() for _ in range(4)]
+    assert sums == [3.0, 6.0, 9.0, 12.0]
+    assert xs.metrics()["step_replays"] >= 1
+
+
+def test_binding_a_none_variable_to_a_number_raises():
+    limit = None
+
+    def step(x):
+        nonlocal limit
+        limit = 4
+        return x * limit
+
+    with pytest.raises(RebindingError, match=r"bound a closure variable \(None before\) to int 4"):
+        xs.compile(step)(torch.ones(3).to(DEVICE))
+
+
 def test_check_every_names_the_first_op_that_differs():
     mode = {"relu": True}
 

@@ -37,7 +37,7 @@ from torchspmd.runtime.graph import Graph, collect
 from torchspmd.step import optim
 from torchspmd.step.places import MAX_DEPTH, Places, find_places, unwalked_slots
 from torchspmd.step.side_effects import (PythonState, RebindingError, check_host_state,
-                                         check_rebinding)
+                                         check_rebinding, first_binding)
 from torchspmd.step.routes import (ArgSource, ArgTarget, ConstSource, Output, RefilledSource,
                                    ReturnTarget, SlotTarget, Source, StorageSource,
                                    StorageTarget)
@@ -148,7 +148,7 @@ def capture(fn, args: tuple, kwargs: dict,
     captured.host_reads = tuple(rec.host_reads)
     captured.emptied = tuple(place for place, t in after.held.items()
                              if t is None and before.held.get(place) is not None)
-    captured.warmup = _first_use(before, after)
+    captured.warmup = _first_use(before, after) or first_binding(before)
     if not captured.warmup:
         filled = _outputs(captured, rec, before, after, flat, arg_storages)
         _graph(captured, _Read(rec, arg_values, arg_storages, start, held_by, filled))

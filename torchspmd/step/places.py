@@ -14,6 +14,7 @@ Example::
 
 from __future__ import annotations
 
+import builtins
 import functools
 import types
 from dataclasses import dataclass, field
@@ -150,7 +151,7 @@ def find_places(fn: Callable, args: tuple, kwargs: dict) -> Places:
     for value in (*args, *kwargs.values()):
         _visit(value, places, seen, 0)
     for root in _roots(fn):
-        if root.place is not None and (isinstance(root.value, SpmdTensor)
+        if root.place is not None and (isinstance(root.value, SpmdTensor) or root.value is None
                                        or type(root.value) in NUMBERS):
             places.rebindable[root.place] = root.value
         elif root.place is not None and isinstance(root.value, torch.Tensor):
@@ -193,8 +194,10 @@ def _roots(fn) -> list[Root]:
             continue
     globals_ = fn.__globals__
     for name in _names(code):
-        if name in globals_:
-            roots.append(Root(globals_[name], _place(globals_, name, True), f"global {name!r}"))
+        # A name not bound yet reads as None: the step may bind it (``global cache``).
+        if name in globals_ or not hasattr(builtins, name):
+            roots.append(Root(globals_.get(name), _place(globals_, name, True),
+                              f"global {name!r}"))
     return roots
 
 

@@ -43,6 +43,14 @@ def check_rebinding(before: Places) -> None:
         if now is old:
             continue
         name = place.key if place.item else "a closure variable"
+        if old is None:
+            if isinstance(now, SpmdTensor):
+                continue  # bound on first use: this call is a warm-up (``first_binding``)
+            raise RebindingError(
+                f"torchspmd.compile: the step bound {_named(place)} (None before) to "
+                f"{type(now).__name__} {now!r}. A replay runs no Python, so it would keep "
+                "this value and later calls would compute as this one did. Set it before "
+                "the first call, or pass it as an argument.")
         if not isinstance(old, SpmdTensor):
             if type(now) is type(old) and now == old:
                 continue
@@ -59,6 +67,22 @@ def check_rebinding(before: Places) -> None:
             "would silently keep its old value). Update it in place (t.copy_(new), "
             "t.add_(x)), keep it as a module attribute or buffer, or return it from the "
             "step and assign it outside.")
+
+
+def _named(place) -> str:
+    """A global's name in quotes, or "a closure variable"."""
+    return repr(place.key) if place.item else "a closure variable"
+
+
+def first_binding(before: Places) -> str:
+    """Why this call is a warm-up: a global or closure variable that held None (or was not
+    bound) holds a tensor after the step (``cache = torch.zeros(...)`` on first use); ""
+    if none does. The next call captures with the tensor in place, as for optimizer state
+    made on first use."""
+    for place, old in before.rebindable.items():
+        if old is None and isinstance(place.get(), SpmdTensor):
+            return f"{_named(place)} bound on first use"
+    return ""
 
 
 @dataclass(frozen=True)
