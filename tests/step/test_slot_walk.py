@@ -5,6 +5,9 @@ replay; beyond them it raises at capture, never goes stale at replay. Storages u
 place are tracked wherever they live, and a slot beyond the limits that the step reads is
 checked before each replay as a walked one is."""
 
+import collections
+import dataclasses
+
 import pytest
 import torch
 
@@ -152,3 +155,86 @@ def test_a_new_tensor_put_under_a_modules_underscore_attribute_raises_at_capture
     step = xs.compile(lambda x: module(x))
     with pytest.raises(RebindingError, match=r"closure variable 'module'\._cache\['h'\]"):
         step(torch.ones(3).to(DEVICE))
+
+
+@dataclasses.dataclass(slots=True)
+class _Slotted:
+    buffer: object = None
+
+
+class _Mapping(collections.abc.MutableMapping):
+    """A mapping that is no dict."""
+
+    def __init__(self):
+        self._items = {}
+
+    def __getitem__(self, key):
+        return self._items[key]
+
+    def __setitem__(self, key, value):
+        self._items[key] = value
+
+    def __delitem__(self, key):
+        del self._items[key]
+
+    def __iter__(self):
+        return iter(self._items)
+
+    def __len__(self):
+        return len(self._items)
+
+
+def _slotted_step(box: _Slotted):
+    def step(x):
+        if box.buffer is None:
+            box.buffer = torch.zeros(3).to(DEVICE)
+        box.buffer.add_(x)
+        return box.buffer.sum()
+    return step, lambda: box.buffer
+
+
+def _deque_step(box: collections.deque):
+    def step(x):
+        if not box:
+            box.append(torch.zeros(3).to(DEVICE))
+        box[0].add_(x)
+        return box[0].sum()
+    return step, lambda: box[0]
+
+
+def _mapping_step(box: _Mapping):
+    def step(x):
+        if "buffer" not in box:
+            box["buffer"] = torch.zeros(3).to(DEVICE)
+        box["buffer"].add_(x)
+        return box["buffer"].sum()
+    return step, lambda: box["buffer"]
+
+
+@pytest.mark.parametrize("make", [lambda: _slotted_step(_Slotted()),
+                                  lambda: _deque_step(collections.deque()),
+                                  lambda: _mapping_step(_Mapping())],
+                         ids=["__slots__ object", "deque", "mapping"])
+def test_state_made_on_first_use_in_other_containers_is_updated_on_every_call(make):
+    """Objects with ``__slots__``, deques and mappings that are no dict were not walked: a
+    tensor the step made there stayed the capture's (sums 3, 3, 3, 3 instead of 3, 6, 9,
+    12; a deque the step appends to kept one item)."""
+    step, state = make()
+    step = xs.compile(step)
+    sums = [step(torch.ones(3).to(DEVICE)).item() for _ in range(CALLS)]
+    assert sums == [3.0, 6.0, 9.0, 12.0]
+    assert state().cpu().tolist() == [4.0] * 3
+
+
+def test_a_deque_the_step_appends_to_gets_every_calls_item():
+    history = collections.deque()
+
+    @xs.compile
+    def step(x):
+        loss = (x * 2).sum()
+        history.append(loss)
+        return loss
+
+    for i in range(CALLS):
+        step(torch.ones(3).to(DEVICE) * i)
+    assert [h.item() for h in history] == [0.0, 6.0, 12.0, 18.0]

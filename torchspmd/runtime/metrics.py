@@ -27,6 +27,9 @@ def reset() -> None:
         step_captures=0,  # torchspmd.compile: calls whose Python ran under the recorder
         step_replays=0,  # compiled-step calls that ran as one program, no Python
         step_warmups=0,  # captures run lazily because state appeared on first use
+        # captures not kept: the step left tensors it made where no walk finds them (a
+        # helper function's global), so the next call captures again
+        step_hidden_state=0,
         step_recaptures_hyperparameters=0,  # a Python-number hyperparameter changed
         step_recaptures_check=0,  # check_every re-recordings
         step_recaptures_state=0,  # state changed outside the step (p.grad set to None...)

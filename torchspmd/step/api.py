@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import functools
 import gc
+import warnings
 from typing import Any, Callable
 
 import torch
@@ -38,7 +39,7 @@ from torchspmd.runtime.cache import LRU
 from torchspmd.runtime.metrics import COUNTERS
 from torchspmd.step import optim
 from torchspmd.step.arguments import flatten, unflatten
-from torchspmd.step.capture import capture, first_difference
+from torchspmd.step.capture import capture, first_difference, hidden_tensors
 from torchspmd.step.plan import Plan, StalePlan
 from torchspmd.step.signature import signature
 
@@ -148,10 +149,17 @@ class CompiledStep:
             raise
         # Written back as a replay writes: the recorded nodes stay pending for anything
         # else that still holds them (a later sync computes those lazily).
-        plans = [p for p in (self._plans.get(key) or []) if p is not old]
-        self._plans[key] = [plan] + plans[:_PLANS_PER_SIGNATURE - 1]
+        out = plan.write_back(run)
+        del result, watched, run  # the capture's own tensors: only hidden holders remain
+        hidden = hidden_tensors(captured)
+        if hidden:
+            COUNTERS["step_hidden_state"] += 1
+            _warn_hidden(hidden)
+        else:
+            plans = [p for p in (self._plans.get(key) or []) if p is not old]
+            self._plans[key] = [plan] + plans[:_PLANS_PER_SIGNATURE - 1]
         self._last = plan
-        return _checked(plan.write_back(run), captured)
+        return _checked(out, captured)
 
     @property
     def plans(self) -> int:
@@ -171,6 +179,21 @@ class CompiledStep:
         Example: ``step.memory_analysis().temp_size_in_bytes``.
         """
         return self._last.memory if self._last is not None else None
+
+
+class HiddenStateWarning(UserWarning):
+    """A compiled step left tensors it made where no replay would update them."""
+
+
+def _warn_hidden(count: int) -> None:
+    warnings.warn(
+        f"torchspmd.compile: the step left {count} tensor(s) it made where a compiled step "
+        "cannot find them (not reachable from its arguments, closure or globals within "
+        "the walk's limits: e.g. the global of a helper function it calls). A replay runs "
+        "no Python and would never update them, so this capture is not kept: the next call "
+        "captures again, and replays once such state exists before the call. Keep state "
+        "the step creates in a module, an optimizer, or an object the step names itself.",
+        HiddenStateWarning, stacklevel=4)
 
 
 def _checked(result_and_flag: tuple, captured) -> Any:

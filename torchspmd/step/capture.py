@@ -21,6 +21,7 @@ Example::
 from __future__ import annotations
 
 import contextlib
+import gc
 import weakref
 from dataclasses import dataclass, field
 
@@ -74,6 +75,9 @@ class Captured:
     # Slots that held a tensor when the step began and none when it ended
     # (``opt.zero_grad()`` at its end): a replay empties them too
     emptied: tuple = ()
+    # The storages the step made (a WeakSet): alive once the call's own results are gone,
+    # something the walk cannot see holds them (``hidden_tensors``)
+    made: object = None
     # (source, weak reference to a storage): a storage the step read that held the same
     # data as that source when captured, so the graph reads both through the source
     aliases: list = field(default_factory=list)
@@ -149,6 +153,7 @@ def capture(fn, args: tuple, kwargs: dict,
     captured.emptied = tuple(place for place, t in after.held.items()
                              if t is None and before.held.get(place) is not None)
     captured.warmup = _first_use(before, after) or first_binding(before)
+    captured.made = rec.created
     if not captured.warmup:
         filled = _outputs(captured, rec, before, after, flat, arg_storages)
         _graph(captured, _Read(rec, arg_values, arg_storages, start, held_by, filled))
@@ -346,6 +351,20 @@ def _storage_source(captured: Captured, read: _Read, storage) -> Source:
     output = next(j for j, o in enumerate(captured.outputs)
                   if isinstance(o.target, SlotTarget) and o.target.slot == place)
     return RefilledSource(place, output, weakref.ref(new.handle.storage))
+
+
+def hidden_tensors(captured: Captured) -> int:
+    """How many tensors the step made are still alive once the first run has put its own
+    tensors in every slot and result: something the walk cannot see holds them (a helper
+    function's global, an object beyond the walk's types). A replay runs no Python and
+    would never update them, so such a capture is not kept. Called after the capture's
+    own references are dropped; a garbage collection first, only if any seem alive
+    (reference cycles)."""
+    made = captured.made
+    if made is None or not len(made):
+        return 0
+    gc.collect()
+    return len(made)
 
 
 def first_difference(old: Graph, new: Graph) -> str:

@@ -15,6 +15,7 @@ Example::
 from __future__ import annotations
 
 import builtins
+import collections.abc
 import functools
 import types
 from dataclasses import dataclass, field
@@ -54,7 +55,7 @@ class Place:
             return self.container.get(self.key)
         try:
             return self.container[self.key]
-        except IndexError:
+        except (IndexError, KeyError):  # a shortened sequence, a mapping without the key
             return None
 
     def getter(self) -> Callable[[], Any]:
@@ -231,16 +232,34 @@ def _visit(obj, places: Places, seen: set[int], depth: int) -> None:
     elif isinstance(obj, torch.optim.lr_scheduler.LRScheduler):
         places.schedulers.append(obj)
         _visit(obj.optimizer, places, seen, depth + 1)
-    elif isinstance(obj, dict):
+    elif isinstance(obj, (dict, collections.abc.MutableMapping)):
         _visit_items(obj, obj.items(), places, seen, depth, settable=True)
-    elif isinstance(obj, list):
+    elif isinstance(obj, (list, collections.abc.MutableSequence)):  # a deque too
         _visit_items(obj, enumerate(obj), places, seen, depth, settable=True)
     elif isinstance(obj, tuple):
         _visit_items(obj, enumerate(obj), places, seen, depth, settable=False)
-    elif isinstance(obj, _STATEFUL_TORCH_TYPES) or (
-            type(obj).__module__.split(".")[0] not in ("builtins", "torch", "jax", "numpy")
-            and hasattr(obj, "__dict__")):
+    elif _has_attributes(obj):
         _visit_attributes(obj, places, seen, depth)
+
+
+def _has_attributes(obj) -> bool:
+    """Whether the walk looks at ``obj``'s attributes: objects of the program's own
+    classes (``__dict__`` or ``__slots__``), and ``_STATEFUL_TORCH_TYPES``."""
+    if isinstance(obj, _STATEFUL_TORCH_TYPES):
+        return True
+    return (type(obj).__module__.split(".")[0] not in ("builtins", "torch", "jax", "numpy")
+            and (hasattr(obj, "__dict__") or hasattr(type(obj), "__slots__")))
+
+
+def _attributes(obj) -> list[tuple[str, Any]]:
+    """``obj``'s attributes: its ``__dict__`` and the ``__slots__`` set on it."""
+    found = list(vars(obj).items()) if hasattr(obj, "__dict__") else []
+    for cls in type(obj).__mro__:
+        slots = cls.__dict__.get("__slots__", ())
+        for name in (slots,) if isinstance(slots, str) else slots:
+            if name not in ("__dict__", "__weakref__") and hasattr(obj, name):
+                found.append((name, getattr(obj, name)))
+    return found
 
 
 def _visit_items(container, items, places, seen, depth, settable: bool) -> None:
@@ -254,7 +273,7 @@ def _visit_items(container, items, places, seen, depth, settable: bool) -> None:
 
 
 def _visit_attributes(obj, places, seen, depth) -> None:
-    for key, value in list(vars(obj).items()):
+    for key, value in _attributes(obj):
         if isinstance(value, SpmdTensor):
             places.held[_place(obj, key, False)] = value
         elif isinstance(value, torch.Tensor):
@@ -361,16 +380,13 @@ def _audit(obj, path, walked: Places, wanted, seen: set[int], found: list) -> No
 def _contents(obj) -> tuple[list, bool, bool]:
     """What ``obj`` holds as ``(key, value)`` pairs; whether a value can be replaced
     there; whether the keys are attribute names."""
-    if isinstance(obj, dict):
+    if isinstance(obj, (dict, collections.abc.MutableMapping)):
         return list(obj.items()), True, False
-    if isinstance(obj, (list, tuple)):
-        return list(enumerate(obj)), isinstance(obj, list), False
-    walked_types = (torch.nn.Module, torch.optim.Optimizer, torch.optim.lr_scheduler.LRScheduler,
-                    *_STATEFUL_TORCH_TYPES)
-    if isinstance(obj, walked_types) or (
-            type(obj).__module__.split(".")[0] not in ("builtins", "torch", "jax", "numpy")
-            and hasattr(obj, "__dict__")):
-        return list(vars(obj).items()), True, True
+    if isinstance(obj, (list, tuple, collections.abc.MutableSequence)):
+        return list(enumerate(obj)), not isinstance(obj, tuple), False
+    walked_types = (torch.nn.Module, torch.optim.Optimizer, torch.optim.lr_scheduler.LRScheduler)
+    if isinstance(obj, walked_types) or _has_attributes(obj):
+        return _attributes(obj), True, True
     return [], False, False
 
 
