@@ -184,3 +184,24 @@ def test_values_made_with_rounding_never_feed_whole_unit_ops():
     assert not b.exact("t1")
     b.emit("t0.add_(t1)")  # t0 now carries t1's rounding, and so does its view
     assert not b.exact("t0") and not b.exact("t2")
+
+
+def test_a_manual_regions_result_is_contiguous_on_both_sides():
+    """Seed 45, program 142: the CPU side computed a manual region as ``t + 1``, which
+    keeps a transposed input's strides, so ``flatten()`` copied there and was a view on the
+    device (whose manual regions return contiguous tensors): a later write through the
+    result showed up on one side only. Not a device bug: the reference now matches."""
+    source = '''
+import torch
+from torchspmd.testing.fuzz.runner import data
+
+
+def program(dev, xs):
+    m0 = xs.Mesh([4, 6, 2, 0, 5, 3, 1, 7], (1, 4, 2), None)
+    t3 = data((3, 8, 2), torch.float32, 11168).to(dev).transpose(2, 0)
+    t6, l6 = xs.manual(t3, m0, (None, (1, 2), None), 'plus_one')
+    t8 = t6.flatten()
+    t6[1] = 1
+    return {"t8": t8}
+'''
+    assert run_source(source, mixes_device_sets=False).kind == OK

@@ -226,3 +226,53 @@ def test_check_every_passes_and_keeps_replaying_when_the_path_is_the_same():
 def test_compiling_something_that_is_not_a_function_says_how_to_use_compile():
     with pytest.raises(TypeError, match=r"expected the step function, got 3"):
         xs.compile(3)
+
+
+class _Trainer:
+    def __init__(self):
+        self.calls = 0
+
+
+def test_a_python_number_attribute_the_step_changes_is_refused_by_name():
+    """``self.calls += 1`` in the step counted the capture only: replays returned 3.0 and
+    left the count at 1 (eager: 3, 6, 9 and 3)."""
+    trainer = _Trainer()
+
+    @xs.compile
+    def step(x):
+        trainer.calls += 1
+        return x.sum() * trainer.calls
+
+    with pytest.raises(RebindingError, match=r"changed _Trainer\.calls, a Python number "
+                                             r"\(0 -> 1\)"):
+        step(torch.ones(3).to(DEVICE))
+    assert trainer.calls == 0  # the refused call did not happen
+
+
+def test_a_refused_step_changes_nothing():
+    """Refused after (a rebinding) or during (a host read) its Python: parameters,
+    gradients, optimizer state and Python numbers are as before the call, so running the
+    fixed step again does not apply the update twice."""
+    global calls
+    calls = 0
+    model = torch.nn.Linear(2, 1).to(DEVICE)
+    opt = torch.optim.SGD(model.parameters(), lr=1.0, momentum=0.9)
+    weight = model.weight.detach().cpu().clone()
+
+    def rebinds(x):
+        global calls
+        model(x).sum().backward()
+        opt.step()
+        calls += 1
+
+    def reads(x):
+        model(x).sum().backward()
+        opt.step()
+        return model.weight.sum().item()
+
+    for step, error in ((rebinds, RebindingError), (reads, HostReadInStep)):
+        with pytest.raises(error):
+            xs.compile(step)(torch.ones(1, 2).to(DEVICE))
+        assert torch.equal(model.weight.detach().cpu(), weight)
+        assert model.weight.grad is None and not any(opt.state.values())  # no momentum
+        assert calls == 0

@@ -31,14 +31,16 @@ from torch.utils._pytree import tree_flatten
 from torchspmd.device import index_checks
 from torchspmd.device.tensor import SpmdTensor
 from torchspmd.lazy import provenance
+from torchspmd.lazy.provenance import HostReadInStep
 from torchspmd.lazy.node import Node
 from torchspmd.runtime.execute import sync
 from torchspmd.runtime.transfer import upload_leaf
 from torchspmd.runtime.graph import Graph, collect
 from torchspmd.step import optim
 from torchspmd.step.places import MAX_DEPTH, Places, find_places, unwalked_slots
-from torchspmd.step.side_effects import (PythonState, RebindingError, check_host_state,
-                                         check_rebinding, first_binding)
+from torchspmd.step.side_effects import (HostStateError, PythonState, RebindingError,
+                                         check_host_state, check_numbers, check_rebinding,
+                                         first_binding)
 from torchspmd.step.routes import (ArgSource, ArgTarget, ConstSource, Output, RefilledSource,
                                    ReturnTarget, SlotTarget, Source, StorageSource,
                                    StorageTarget)
@@ -92,15 +94,39 @@ class Undo:
 
     values: dict = field(default_factory=dict)  # storage -> its value before the step
     slots: dict = field(default_factory=dict)  # Place -> the tensor (or None) before
+    # Place -> the Python value before: globals, closure variables and walked attributes
+    # that a refused step rebound (put back only when torchspmd refuses the step)
+    python: dict = field(default_factory=dict)
+    # Slots the refused step added (optimizer state made on first use): taken out again
+    added: tuple = ()
+
+    @staticmethod
+    def of(rec, before: Places, after: Places | None = None) -> "Undo":
+        """What the step recorded in ``rec`` changed since ``before`` was walked (and,
+        given the walk ``after`` it, the slots it added)."""
+        python = {place: old for place, old in (*before.rebindable.items(),
+                                                *before.numbers.items())
+                  if place.get() is not old}
+        added = () if after is None else tuple(p for p, t in after.held.items()
+                                               if t is not None and p not in before.held)
+        return Undo({st: rec.initial[st] for st in rec.written
+                     if st not in rec.created and st in rec.initial},
+                    {place: t for place, t in before.held.items() if place.get() is not t},
+                    python, added)
 
     def apply(self) -> None:
-        """Put every storage and slot back as it was before the step."""
+        """Put every storage, slot and Python value back as it was before the step."""
         for storage, value in self.values.items():
             if storage.value is not value:
                 storage.set(value)
-        for place, tensor in self.slots.items():
+        for place, tensor in (*self.slots.items(), *self.python.items()):
             if place.get() is not tensor:
                 place.set(tensor)
+        for place in self.added:  # a dict's new key goes; an attribute holds None again
+            if place.item and isinstance(place.container, dict):
+                place.container.pop(place.key, None)
+            elif not place.item:
+                place.set(None)
 
 
 def capture(fn, args: tuple, kwargs: dict,
@@ -121,20 +147,33 @@ def capture(fn, args: tuple, kwargs: dict,
         try:
             result = fn(*args, **kwargs)
             flag = index_checks.take_flag()
+        except _REFUSALS:
+            # A read on the host, a rebinding: torchspmd's refusals, which an eager run
+            # would not meet. The step did not happen: what it changed so far goes back.
+            Undo.of(rec, before, find_places(fn, args, kwargs)).apply()
+            python_state.restore()
+            raise
         finally:
             index_checks.restore_flag(outer)
     # The step's index-range flag is one more result: ``CompiledStep`` takes it off again.
     result = (result, None if flag is None else flag.tensor)
     after = find_places(fn, args, kwargs)
-    python_state.check()
-    check_rebinding(before)
-    check_host_state(before)
+    undo = Undo.of(rec, before, after)
     arg_storages = {t.handle.storage: k for k, t in enumerate(tensors)}
-    held_by = _held_by(before)
-    held_by.update(_unwalked(fn, args, kwargs, after, rec, held_by, arg_storages))
-    undo = Undo({st: rec.initial[st] for st in rec.written
-                 if st not in rec.created and st in rec.initial},
-                {place: t for place, t in before.held.items() if after.held.get(place) is not t})
+    try:
+        python_state.check()
+        check_rebinding(before)
+        check_numbers(before)
+        check_host_state(before)
+        held_by = _held_by(before)
+        held_by.update(_unwalked(fn, args, kwargs, after, rec, held_by, arg_storages))
+    except _REFUSALS:
+        undo.apply()  # the whole step ran, then was refused: as if it had not
+        python_state.restore()
+        raise
+    # Kept from here on: a failed compile puts back the tensors only (as before this
+    # undo covered refusals; the state a warm-up made is the call's).
+    undo = Undo(undo.values, undo.slots)
     flat, spec = tree_flatten(result)
     captured = Captured(None, [], [], spec, [None if isinstance(r, SpmdTensor) else r
                                              for r in flat], after.optimizers,
@@ -158,6 +197,10 @@ def capture(fn, args: tuple, kwargs: dict,
         filled = _outputs(captured, rec, before, after, flat, arg_storages)
         _graph(captured, _Read(rec, arg_values, arg_storages, start, held_by, filled))
     return result, captured, undo
+
+
+# What torchspmd refuses in a step (an eager run would not raise them).
+_REFUSALS = (HostReadInStep, RebindingError, HostStateError)
 
 
 @contextlib.contextmanager

@@ -92,6 +92,9 @@ class Places:
         # Closure cells and globals holding tensors or Python numbers (a step rebinding one
         # would do so at its capture only)
         self.rebindable: dict[Place, Any] = {}
+        # Attributes and items of walked objects holding Python numbers (``trainer.calls``):
+        # one the step changes would change at its capture only, as a replay runs no Python
+        self.numbers: dict[Place, Any] = {}
         # Containers of walked slots and the slot holding each (``opt.state[p]`` in
         # ``opt.state``, a submodule in its parent): a replay finds its slots through
         # these, so one replaced (``load_state_dict``, a new submodule) means capture again.
@@ -266,6 +269,8 @@ def _visit_items(container, items, places, seen, depth, settable: bool) -> None:
     for key, value in list(items):
         if isinstance(value, SpmdTensor) and settable:
             places.held[_place(container, key, True)] = value
+        elif type(value) in NUMBERS and settable:
+            places.numbers[_place(container, key, True)] = value
         elif isinstance(value, torch.Tensor):
             place = _place(container, key, True)
             places.note_host(place, value, str(place))
@@ -276,6 +281,8 @@ def _visit_attributes(obj, places, seen, depth) -> None:
     for key, value in _attributes(obj):
         if isinstance(value, SpmdTensor):
             places.held[_place(obj, key, False)] = value
+        elif type(value) in NUMBERS:
+            places.numbers[_place(obj, key, False)] = value
         elif isinstance(value, torch.Tensor):
             places.note_host(_place(obj, key, False), value, f"{type(obj).__name__}.{key}")
         _visit(value, places, seen, depth + 1)
@@ -301,6 +308,8 @@ def _visit_module(module: torch.nn.Module, places, seen, depth) -> None:
                 places.held[_place(sub, key, False)] = value
             elif isinstance(value, torch.Tensor):
                 places.note_host(_place(sub, key, False), value, f"{type(sub).__name__}.{key}")
+            elif type(value) in NUMBERS and not key.startswith("_") and key != "training":
+                places.numbers[_place(sub, key, False)] = value  # ``training``: modes
             elif not key.startswith("_") and not isinstance(value, torch.nn.Module):
                 _visit(value, places, seen, depth + 1)
 

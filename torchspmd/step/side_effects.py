@@ -69,6 +69,22 @@ def check_rebinding(before: Places) -> None:
             "step and assign it outside.")
 
 
+def check_numbers(before: Places) -> None:
+    """An attribute or item of a walked object that held a Python number must hold it
+    still (``self.calls += 1`` in the step would count the capture only)."""
+    for place, old in before.numbers.items():
+        now = place.get()
+        if now is old or (type(now) is type(old) and (now == old or (now != now and old != old))):
+            continue
+        where = f"{type(place.container).__name__}{f'[{place.key!r}]' if place.item else '.' + str(place.key)}"
+        raise RebindingError(
+            f"torchspmd.compile: the step changed {where}, a Python number ({old!r} -> "
+            f"{now!r}). A replay runs no Python, so it would keep this value and later "
+            "calls would compute as this one did. Keep it in a 0-d tensor on the device "
+            "updated in place (t.add_(1)), pass it as an argument (each new value captures "
+            "the step again), or change it outside the step.")
+
+
 def _named(place) -> str:
     """A global's name in quotes, or "a closure variable"."""
     return repr(place.key) if place.item else "a closure variable"
@@ -94,11 +110,20 @@ class PythonState:
     optimizers: list
     hyper: tuple
     epochs: tuple  # (scheduler, its last_epoch)
+    schedules: tuple = ()  # (scheduler, its state_dict()), for ``restore``
 
     @staticmethod
     def of(places: Places) -> "PythonState":
         return PythonState(places.optimizers, optim.hyperparameters(places.optimizers),
-                            tuple((s, s.last_epoch) for s in places.schedulers))
+                           tuple((s, s.last_epoch) for s in places.schedulers),
+                           tuple((s, s.state_dict()) for s in places.schedulers))
+
+    def restore(self) -> None:
+        """Put the hyperparameters and schedulers back as they were (a refused step)."""
+        for scheduler, state in self.schedules:
+            scheduler.load_state_dict(state)
+        for i, group, key, value in self.hyper:
+            self.optimizers[i].param_groups[group][key] = value
 
     def check(self) -> None:
         """Raise :class:`HostStateError` naming what the step changed, if it did."""

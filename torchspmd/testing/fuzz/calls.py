@@ -118,7 +118,11 @@ class CpuCalls:
 
     @staticmethod
     def manual(t, mesh, spec, op: str):
-        return LOCAL_OPS[op](t), None
+        # A manual region hands back a new tensor, contiguous as any op of PyTorch/XLA's
+        # (``disable_manual_sharding``); ``t + 1`` on the CPU would keep a transposed
+        # input's strides, and ``flatten()`` of it copy where the device's is a view
+        # (seed 45, program 142: a write through the result changed the flattened copy).
+        return LOCAL_OPS[op](t).contiguous(), None
 
     @staticmethod
     def checkpoint(tensors: dict) -> None:
