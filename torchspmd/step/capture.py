@@ -37,7 +37,9 @@ from torchspmd.runtime.execute import sync
 from torchspmd.runtime.transfer import upload_leaf
 from torchspmd.runtime.graph import Graph, collect
 from torchspmd.step import optim
-from torchspmd.step.places import MAX_DEPTH, Places, find_places, unwalked_slots
+from torchspmd.step.places import MAX_DEPTH, Places, find_places
+from torchspmd.step.undo import Undo
+from torchspmd.step.unwalked import unwalked_slots
 from torchspmd.step.side_effects import (HostStateError, PythonState, RebindingError,
                                          check_host_state, check_numbers, check_rebinding,
                                          first_binding)
@@ -83,50 +85,6 @@ class Captured:
     # (source, weak reference to a storage): a storage the step read that held the same
     # data as that source when captured, so the graph reads both through the source
     aliases: list = field(default_factory=list)
-
-
-@dataclass
-class Undo:
-    """What a capture changed, to put back if the captured program then fails to compile
-    or run: each storage the step wrote, with its value when the step began, and each
-    slot the step filled, with the tensor it held (so a parameter is never left holding
-    the pending value of a step that did not happen)."""
-
-    values: dict = field(default_factory=dict)  # storage -> its value before the step
-    slots: dict = field(default_factory=dict)  # Place -> the tensor (or None) before
-    # Place -> the Python value before: globals, closure variables and walked attributes
-    # that a refused step rebound (put back only when torchspmd refuses the step)
-    python: dict = field(default_factory=dict)
-    # Slots the refused step added (optimizer state made on first use): taken out again
-    added: tuple = ()
-
-    @staticmethod
-    def of(rec, before: Places, after: Places | None = None) -> "Undo":
-        """What the step recorded in ``rec`` changed since ``before`` was walked (and,
-        given the walk ``after`` it, the slots it added)."""
-        python = {place: old for place, old in (*before.rebindable.items(),
-                                                *before.numbers.items())
-                  if place.get() is not old}
-        added = () if after is None else tuple(p for p, t in after.held.items()
-                                               if t is not None and p not in before.held)
-        return Undo({st: rec.initial[st] for st in rec.written
-                     if st not in rec.created and st in rec.initial},
-                    {place: t for place, t in before.held.items() if place.get() is not t},
-                    python, added)
-
-    def apply(self) -> None:
-        """Put every storage, slot and Python value back as it was before the step."""
-        for storage, value in self.values.items():
-            if storage.value is not value:
-                storage.set(value)
-        for place, tensor in (*self.slots.items(), *self.python.items()):
-            if place.get() is not tensor:
-                place.set(tensor)
-        for place in self.added:  # a dict's new key goes; an attribute holds None again
-            if place.item and isinstance(place.container, dict):
-                place.container.pop(place.key, None)
-            elif not place.item:
-                place.set(None)
 
 
 def capture(fn, args: tuple, kwargs: dict,

@@ -32,7 +32,7 @@ MAX_DEPTH = 6  # how deep find_places looks from a root
 # GradScaler's scale and growth tracker are made on its first ``scale()``, often inside a
 # step, and updated in place by later steps.
 _STATEFUL_TORCH_TYPES = (torch.amp.GradScaler,)
-_SKIPPED_TYPES = (types.ModuleType, types.FunctionType, types.BuiltinFunctionType, type,
+SKIPPED_TYPES = (types.ModuleType, types.FunctionType, types.BuiltinFunctionType, type,
                   types.MethodType, str, bytes, int, float, bool, type(None), torch.device,
                   torch.dtype)
 
@@ -79,7 +79,7 @@ class Place:
         return f"{name}[{self.key!r}]" if self.item else f"{name}.{self.key}"
 
 
-def _place(container, key, item: bool) -> Place:
+def place_of(container, key, item: bool) -> Place:
     return Place(container, key, item, id(container))
 
 
@@ -154,13 +154,13 @@ def find_places(fn: Callable, args: tuple, kwargs: dict) -> Places:
     seen: set[int] = set()
     for value in (*args, *kwargs.values()):
         _visit(value, places, seen, 0)
-    for root in _roots(fn):
+    for root in roots(fn):
         if root.place is not None and (isinstance(root.value, SpmdTensor) or root.value is None
                                        or type(root.value) in NUMBERS):
             places.rebindable[root.place] = root.value
         elif root.place is not None and isinstance(root.value, torch.Tensor):
             places.note_host(root.place, root.value, root.name)
-        elif root.place is not None and not isinstance(root.value, _SKIPPED_TYPES):
+        elif root.place is not None and not isinstance(root.value, SKIPPED_TYPES):
             # A global or closure variable naming a model or an optimizer: rebound to a
             # new one (``opt = AdamW(...)`` between calls), the step must see the new one.
             places.links[root.place] = root.value
@@ -178,7 +178,7 @@ class Root:
     name: str
 
 
-def _roots(fn) -> list[Root]:
+def roots(fn) -> list[Root]:
     """The objects ``fn`` can reach: its closure cells, the globals its code names, and
     ``self`` for a bound method."""
     roots: list[Root] = []
@@ -192,7 +192,7 @@ def _roots(fn) -> list[Root]:
         return roots + [Root(fn, None, "the step object")]
     for cell, name in zip(fn.__closure__ or (), code.co_freevars):
         try:
-            roots.append(Root(cell.cell_contents, _place(cell, "cell_contents", False),
+            roots.append(Root(cell.cell_contents, place_of(cell, "cell_contents", False),
                               f"closure variable {name!r}"))
         except ValueError:  # an empty cell
             continue
@@ -200,7 +200,7 @@ def _roots(fn) -> list[Root]:
     for name in _names(code):
         # A name not bound yet reads as None: the step may bind it (``global cache``).
         if name in globals_ or not hasattr(builtins, name):
-            roots.append(Root(globals_.get(name), _place(globals_, name, True),
+            roots.append(Root(globals_.get(name), place_of(globals_, name, True),
                               f"global {name!r}"))
     return roots
 
@@ -215,7 +215,7 @@ def _names(code) -> list[str]:
 
 
 def _visit(obj, places: Places, seen: set[int], depth: int) -> None:
-    if depth > MAX_DEPTH or isinstance(obj, _SKIPPED_TYPES) or id(obj) in seen:
+    if depth > MAX_DEPTH or isinstance(obj, SKIPPED_TYPES) or id(obj) in seen:
         return
     seen.add(id(obj))
     if isinstance(obj, torch.Tensor):
@@ -223,7 +223,7 @@ def _visit(obj, places: Places, seen: set[int], depth: int) -> None:
             # backward fills .grad of leaves (and of retain_grad tensors) only; reading it
             # on another tensor makes PyTorch warn
             grad = obj.grad if obj.is_leaf or obj.retains_grad else None
-            places.held.setdefault(_place(obj, "grad", False), grad)
+            places.held.setdefault(place_of(obj, "grad", False), grad)
         return
     if isinstance(obj, torch.nn.Module):
         _visit_module(obj, places, seen, depth)
@@ -241,11 +241,11 @@ def _visit(obj, places: Places, seen: set[int], depth: int) -> None:
         _visit_items(obj, enumerate(obj), places, seen, depth, settable=True)
     elif isinstance(obj, tuple):
         _visit_items(obj, enumerate(obj), places, seen, depth, settable=False)
-    elif _has_attributes(obj):
+    elif has_attributes(obj):
         _visit_attributes(obj, places, seen, depth)
 
 
-def _has_attributes(obj) -> bool:
+def has_attributes(obj) -> bool:
     """Whether the walk looks at ``obj``'s attributes: objects of the program's own
     classes (``__dict__`` or ``__slots__``), and ``_STATEFUL_TORCH_TYPES``."""
     if isinstance(obj, _STATEFUL_TORCH_TYPES):
@@ -254,7 +254,7 @@ def _has_attributes(obj) -> bool:
             and (hasattr(obj, "__dict__") or hasattr(type(obj), "__slots__")))
 
 
-def _attributes(obj) -> list[tuple[str, Any]]:
+def attributes(obj) -> list[tuple[str, Any]]:
     """``obj``'s attributes: its ``__dict__`` and the ``__slots__`` set on it."""
     found = list(vars(obj).items()) if hasattr(obj, "__dict__") else []
     for cls in type(obj).__mro__:
@@ -268,23 +268,23 @@ def _attributes(obj) -> list[tuple[str, Any]]:
 def _visit_items(container, items, places, seen, depth, settable: bool) -> None:
     for key, value in list(items):
         if isinstance(value, SpmdTensor) and settable:
-            places.held[_place(container, key, True)] = value
+            places.held[place_of(container, key, True)] = value
         elif type(value) in NUMBERS and settable:
-            places.numbers[_place(container, key, True)] = value
+            places.numbers[place_of(container, key, True)] = value
         elif isinstance(value, torch.Tensor):
-            place = _place(container, key, True)
+            place = place_of(container, key, True)
             places.note_host(place, value, str(place))
         _visit(value, places, seen, depth + 1)
 
 
 def _visit_attributes(obj, places, seen, depth) -> None:
-    for key, value in _attributes(obj):
+    for key, value in attributes(obj):
         if isinstance(value, SpmdTensor):
-            places.held[_place(obj, key, False)] = value
+            places.held[place_of(obj, key, False)] = value
         elif type(value) in NUMBERS:
-            places.numbers[_place(obj, key, False)] = value
+            places.numbers[place_of(obj, key, False)] = value
         elif isinstance(value, torch.Tensor):
-            places.note_host(_place(obj, key, False), value, f"{type(obj).__name__}.{key}")
+            places.note_host(place_of(obj, key, False), value, f"{type(obj).__name__}.{key}")
         _visit(value, places, seen, depth + 1)
 
 
@@ -294,126 +294,58 @@ def _visit_module(module: torch.nn.Module, places, seen, depth) -> None:
         places.modes.append((sub, sub.training))
         for key, child in sub._modules.items():
             if child is not None:
-                places.links[_place(sub._modules, key, True)] = child
+                places.links[place_of(sub._modules, key, True)] = child
         for table in (sub._parameters, sub._buffers):
             for key, value in table.items():
                 if isinstance(value, SpmdTensor):
-                    places.held[_place(table, key, True)] = value
+                    places.held[place_of(table, key, True)] = value
                     _visit(value, places, seen, depth + 1)
                 elif value is not None:
-                    places.note_host(_place(table, key, True), value,
+                    places.note_host(place_of(table, key, True), value,
                                      f"{type(sub).__name__}.{key}")
         for key, value in vars(sub).items():
             if isinstance(value, SpmdTensor):
-                places.held[_place(sub, key, False)] = value
+                places.held[place_of(sub, key, False)] = value
             elif isinstance(value, torch.Tensor):
-                places.note_host(_place(sub, key, False), value, f"{type(sub).__name__}.{key}")
+                places.note_host(place_of(sub, key, False), value, f"{type(sub).__name__}.{key}")
             elif type(value) in NUMBERS and not key.startswith("_") and key != "training":
-                places.numbers[_place(sub, key, False)] = value  # ``training``: modes
+                places.numbers[place_of(sub, key, False)] = value  # ``training``: modes
             elif not key.startswith("_") and not isinstance(value, torch.nn.Module):
                 _visit(value, places, seen, depth + 1)
 
 
 def _visit_optimizer(opt: torch.optim.Optimizer, places, seen, depth) -> None:
     places.optimizers.append(opt)
-    places.links[_place(opt, "state", False)] = opt.state
-    places.links[_place(opt, "param_groups", False)] = opt.param_groups
+    places.links[place_of(opt, "state", False)] = opt.state
+    places.links[place_of(opt, "param_groups", False)] = opt.param_groups
     for i, group in enumerate(opt.param_groups):
-        places.links[_place(opt.param_groups, i, True)] = group
+        places.links[place_of(opt.param_groups, i, True)] = group
         # The list itself too: ``group["params"] = [...]`` replaces it
-        places.links[_place(group, "params", True)] = group["params"]
+        places.links[place_of(group, "params", True)] = group["params"]
         places.group_params.append((group["params"], tuple(group["params"])))
     for p, state in opt.state.items():
-        places.links[_place(opt.state, p, True)] = state
+        places.links[place_of(opt.state, p, True)] = state
     for group in opt.param_groups:
         for key, value in group.items():
             if isinstance(value, SpmdTensor):
-                places.held[_place(group, key, True)] = value
+                places.held[place_of(group, key, True)] = value
         for p in group["params"]:
             _visit(p, places, seen, depth + 1)
     for p, state in opt.state.items():
         if isinstance(state, dict):
             for key, value in state.items():
                 if isinstance(value, SpmdTensor):
-                    places.held[_place(state, key, True)] = value
+                    places.held[place_of(state, key, True)] = value
                 elif isinstance(value, torch.Tensor):
                     name = type(opt).__name__
-                    places.note_host(_place(state, key, True), value,
-                                     f"{name}.state[{_key_name(p)}][{key!r}]",
+                    places.note_host(place_of(state, key, True), value,
+                                     f"{name}.state[{key_name(p)}][{key!r}]",
                                      f" ({name} keeps it on the CPU; SGD, Adam, AdamW, Adagrad, "
                                      "RMSprop and the optimizers with a capturable option "
                                      "keep their state on the device in a compiled step)")
 
 
-def unwalked_slots(fn: Callable, args: tuple, kwargs: dict, walked: Places,
-                   wanted: Callable[[SpmdTensor], bool]) -> list[tuple[Place, str]]:
-    """The slots reachable from ``fn``'s arguments, closure and globals that
-    :func:`find_places` does not list (deeper than its depth limit, or under a module's
-    ``_``-prefixed attribute), holding a tensor for which ``wanted`` is true; each with
-    its path from the root (``"closure variable 'model'._cache['h']"``).
-
-    Example::
-
-        unwalked_slots(step, (x,), {}, find_places(step, (x,), {}), lambda t: True)
-    """
-    found: list[tuple[Place, str]] = []
-    seen: set[int] = set()
-    named = [(value, f"argument {i}") for i, value in enumerate(args)]
-    named += [(value, f"argument {key!r}") for key, value in kwargs.items()]
-    named += [(root.value, root.name) for root in _roots(fn)]
-    for value, name in named:
-        if not isinstance(value, _SKIPPED_TYPES) and id(value) not in seen:
-            _audit(value, name, walked, wanted, seen, found)
-    return found
-
-
-def _audit(obj, path, walked: Places, wanted, seen: set[int], found: list) -> None:
-    """:func:`_visit` without its limits, noting the slots it did not list. ``path``: the
-    root's name, or ``(parent path, key, is attribute)`` (a string only when found)."""
-    seen.add(id(obj))
-    if isinstance(obj, torch.Tensor):
-        if isinstance(obj, SpmdTensor) and (obj.is_leaf or obj.retains_grad):
-            _note(_place(obj, "grad", False), obj.grad, (path, "grad", True), walked, wanted,
-                  found)
-        return
-    items, settable, attribute = _contents(obj)
-    for key, value in items:
-        if isinstance(value, _SKIPPED_TYPES) or id(value) in seen:
-            continue
-        step = (path, key, attribute)
-        if settable and isinstance(value, SpmdTensor):
-            _note(_place(obj, key, not attribute), value, step, walked, wanted, found)
-        _audit(value, step, walked, wanted, seen, found)
-
-
-def _contents(obj) -> tuple[list, bool, bool]:
-    """What ``obj`` holds as ``(key, value)`` pairs; whether a value can be replaced
-    there; whether the keys are attribute names."""
-    if isinstance(obj, (dict, collections.abc.MutableMapping)):
-        return list(obj.items()), True, False
-    if isinstance(obj, (list, tuple, collections.abc.MutableSequence)):
-        return list(enumerate(obj)), not isinstance(obj, tuple), False
-    walked_types = (torch.nn.Module, torch.optim.Optimizer, torch.optim.lr_scheduler.LRScheduler)
-    if isinstance(obj, walked_types) or _has_attributes(obj):
-        return _attributes(obj), True, True
-    return [], False, False
-
-
-def _note(place: Place, value, path, walked: Places, wanted, found: list) -> None:
-    if isinstance(value, SpmdTensor) and place not in walked.held and wanted(value):
-        found.append((place, _path_name(path)))
-
-
-def _path_name(path) -> str:
-    """``path`` as text: ``"closure variable 'model'._cache['h']"``."""
-    parts = []
-    while not isinstance(path, str):
-        path, key, attribute = path
-        parts.append(f".{key}" if attribute else f"[{_key_name(key)}]")
-    return path + "".join(reversed(parts))
-
-
-def _key_name(key) -> str:
+def key_name(key) -> str:
     """A dict key for a path (a tensor key, as in ``optimizer.state``, by its shape: its
     repr would read its values)."""
     if isinstance(key, torch.Tensor):
