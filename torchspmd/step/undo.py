@@ -32,17 +32,17 @@ class Undo:
     added: tuple = ()
 
     @staticmethod
-    def of(rec, before: Places, after: Places | None = None) -> "Undo":
-        """What the step recorded in ``rec`` changed since ``before`` was walked (and,
-        given the walk ``after`` it, the slots it added)."""
+    def of(rec, before: Places, after: Places) -> "Undo":
+        """What the step recorded in ``rec`` changed between the walks ``before`` and
+        ``after`` it (slots read through the walk: a ``.grad`` only where it is a leaf's)."""
         python = {place: old for place, old in (*before.rebindable.items(),
                                                 *before.numbers.items())
                   if place.get() is not old}
-        added = () if after is None else tuple(p for p, t in after.held.items()
-                                               if t is not None and p not in before.held)
+        added = tuple(p for p, t in after.held.items() if t is not None and p not in before.held)
         return Undo({st: rec.initial[st] for st in rec.written
                      if st not in rec.created and st in rec.initial},
-                    {place: t for place, t in before.held.items() if place.get() is not t},
+                    {place: t for place, t in before.held.items()
+                     if after.held.get(place) is not t},
                     python, added)
 
     def apply(self) -> None:
