@@ -180,15 +180,17 @@ def test_binding_a_none_variable_to_a_number_raises():
 
 
 def test_check_every_names_the_first_op_that_differs():
-    mode = {"relu": True}
+    # A string: the walk compares the Python numbers a step could read before each
+    # replay (a changed one captures again), not other values.
+    mode = {"op": "relu"}
 
     @xs.compile(check_every=2)
     def step(x):
-        return torch.relu(x) if mode["relu"] else torch.tanh(x)
+        return torch.relu(x) if mode["op"] == "relu" else torch.tanh(x)
 
     x = torch.ones(3).to(DEVICE)
     step(x)
-    mode["relu"] = False
+    mode["op"] = "tanh"
     with pytest.raises(CheckMissError, match="tanh"):
         step(x)
     assert xs.metrics()["step_check_misses"] >= 1

@@ -37,6 +37,7 @@ from torchspmd.runtime.execute import sync
 from torchspmd.runtime.transfer import upload_leaf
 from torchspmd.runtime.graph import Graph, collect
 from torchspmd.step import optim
+from torchspmd.step.optim import NUMBERS
 from torchspmd.step.places import MAX_DEPTH, Places, find_places
 from torchspmd.step.undo import Undo
 from torchspmd.step.unwalked import unwalked_slots
@@ -79,6 +80,9 @@ class Captured:
     # Slots that held a tensor when the step began and none when it ended
     # (``opt.zero_grad()`` at its end): a replay empties them too
     emptied: tuple = ()
+    # (getter, value) per Python number the step may read (walked attributes and items,
+    # globals, closure variables): one changed since makes the step capture again
+    numbers: tuple = ()
     # The storages the step made (a WeakSet): alive once the call's own results are gone,
     # something the walk cannot see holds them (``hidden_tensors``)
     made: object = None
@@ -151,6 +155,9 @@ def capture(fn, args: tuple, kwargs: dict,
                              if t is None and before.held.get(place) is not None)
     captured.warmup = _first_use(before, after) or first_binding(before)
     captured.made = rec.created
+    captured.numbers = tuple((place.getter(), value) for place, value in (
+        *before.numbers.items(),
+        *((p, v) for p, v in before.rebindable.items() if type(v) in NUMBERS)))
     if not captured.warmup:
         filled = _outputs(captured, rec, before, after, flat, arg_storages)
         _graph(captured, _Read(rec, arg_values, arg_storages, start, held_by, filled))

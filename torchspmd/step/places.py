@@ -278,10 +278,13 @@ def _visit_items(container, items, places, seen, depth, settable: bool) -> None:
 
 
 def _visit_attributes(obj, places, seen, depth) -> None:
+    # torchspmd's own objects (a compiled step's call count, generate's bookkeeping) hold
+    # numbers no step computes with
+    numbers = not type(obj).__module__.startswith("torchspmd.")
     for key, value in attributes(obj):
         if isinstance(value, SpmdTensor):
             places.held[place_of(obj, key, False)] = value
-        elif type(value) in NUMBERS:
+        elif numbers and type(value) in NUMBERS:
             places.numbers[place_of(obj, key, False)] = value
         elif isinstance(value, torch.Tensor):
             places.note_host(place_of(obj, key, False), value, f"{type(obj).__name__}.{key}")

@@ -150,8 +150,9 @@ class Plan:
         slot it reads holding the tensor it read (or another whole tensor of its kind,
         which the plan then reads: ``slot_reads.py``), found through the same containers, each
         tensor as trainable as it was, each module in the same mode, each optimizer group
-        with the same parameters, each CPU tensor it took data from unchanged, and the
-        same ``torch.set_float32_matmul_precision`` (else the step must be captured again)."""
+        with the same parameters, each CPU tensor it took data from unchanged, each Python
+        number it could read (a module's attribute, a global) the same, and the same
+        ``torch.set_float32_matmul_precision`` (else the step must be captured again)."""
         optim.prepare(self.captured.optimizers)  # a float lr set by hand -> device scalar
         if matmul_precision_setting() != self.key[-1]:  # the graph key's last item
             return False  # torch.set_float32_matmul_precision changed since the capture
@@ -175,6 +176,11 @@ class Plan:
         for ref, version in captured.host_reads:  # a CPU tensor the step read, changed
             t = ref()
             if t is not None and t._version != version:
+                return False
+        for get, value in captured.numbers:  # ``model.temperature = 0.5`` between calls
+            now = get()
+            if now is not value and not (type(now) is type(value)
+                                         and (now == value or now != now and value != value)):
                 return False
         if not _hold(reads.held):
             # A slot the step reads holds a new tensor of the same kind (the gradients
