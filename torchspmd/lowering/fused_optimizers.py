@@ -68,6 +68,20 @@ def _unscaled(grad, compute, grad_scale):
     return g, g.astype(grad.dtype)
 
 
+def _prepared(p, grad, grad_scale, maximize: bool, weight_decay: float):
+    """A kernel's first lines for one parameter: its compute type, the gradient there
+    (unscaled, negated to maximize, plus the L2 term ``weight_decay * param``), the
+    gradient left behind (``_unscaled``) and the parameter in the compute type."""
+    c = opmath(p.dtype)
+    g, grad_out = _unscaled(grad, c, grad_scale)
+    if maximize:
+        g = -g
+    param = p.astype(c)
+    if weight_decay != 0:
+        g = g + param * c.type(weight_decay)
+    return c, g, grad_out, param
+
+
 def _adam(meta, params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, state_steps, *, lr,
           beta1, beta2, weight_decay, eps, amsgrad, maximize, grad_scale=None,
           found_inf=None, decoupled=False):
@@ -76,19 +90,13 @@ def _adam(meta, params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, state_ste
     out_p, out_g, out_m, out_v, out_max = [], [], [], [], []
     for i, (p, grad, m, v, step) in enumerate(zip(params, grads, exp_avgs, exp_avg_sqs,
                                                   state_steps)):
-        c = opmath(p.dtype)
+        c, g, grad_out, param = _prepared(p, grad, grad_scale, maximize,
+                                          0.0 if decoupled else weight_decay)
+        if decoupled and weight_decay != 0:  # AdamW: the parameter decays, not the gradient
+            param = param * (1 - _f64(lr) * weight_decay).astype(c)
         s = _f64(step).reshape(())
         step_size = (_f64(lr) / (1 - beta1 ** s)).astype(c)
         bias2_sqrt = jnp.sqrt(1 - beta2 ** s).astype(c)
-        g, grad_out = _unscaled(grad, c, grad_scale)
-        if maximize:
-            g = -g
-        param = p.astype(c)
-        if weight_decay != 0:
-            if decoupled:  # AdamW: the parameter decays, the gradient does not
-                param = param * (1 - _f64(lr) * weight_decay).astype(c)
-            else:
-                g = g + param * c.type(weight_decay)
         m_new = m.astype(c) * c.type(beta1) + g * c.type(1 - beta1)
         v_new = v.astype(c) * c.type(beta2) + g * g * c.type(1 - beta2)
         if amsgrad:
@@ -122,13 +130,7 @@ def fused_sgd(meta, params, grads, momentum_buffer_list, *, weight_decay, moment
     weight_decay, momentum, dampening = map(float, (weight_decay, momentum, dampening))
     out_p, out_g, out_buf = [], [], []
     for i, (p, grad) in enumerate(zip(params, grads)):
-        c = opmath(p.dtype)
-        g, grad_out = _unscaled(grad, c, grad_scale)
-        if maximize:
-            g = -g
-        param = p.astype(c)
-        if weight_decay != 0:
-            g = g + param * c.type(weight_decay)
+        c, g, grad_out, param = _prepared(p, grad, grad_scale, maximize, weight_decay)
         if momentum != 0:
             buf = momentum_buffer_list[i]
             if is_first_step:  # the buffers are new (``empty_like``): the gradient
@@ -149,14 +151,8 @@ def _adagrad(meta, params, grads, state_sums, state_steps, *, lr, lr_decay, weig
     lr_decay, weight_decay, eps = map(float, (lr_decay, weight_decay, eps))
     out_p, out_g, out_sum = [], [], []
     for p, grad, total, step in zip(params, grads, state_sums, state_steps):
-        c = opmath(p.dtype)
+        c, g, grad_out, param = _prepared(p, grad, grad_scale, maximize, weight_decay)
         clr = (_f64(lr) / (1 + (_f64(step).reshape(()) - 1) * lr_decay)).astype(c)
-        g, grad_out = _unscaled(grad, c, grad_scale)
-        if maximize:
-            g = -g
-        param = p.astype(c)
-        if weight_decay != 0:
-            g = g + param * c.type(weight_decay)
         total_new = total.astype(c) + g * g
         param = param - clr * g / (jnp.sqrt(total_new) + c.type(eps))
         out_p.append(keep(p, param.astype(p.dtype)))
