@@ -265,11 +265,19 @@ def attributes(obj) -> list[tuple[str, Any]]:
     return found
 
 
+# A mapping with more numbers than this is data (a table), not settings a replay checks.
+_MAX_NUMBERS = 256
+
+
 def _visit_items(container, items, places, seen, depth, settable: bool) -> None:
+    # Numbers are checked before every replay: a dict's (``config["scale"]``), not a
+    # sequence's, which is data
+    numbers = (settable and isinstance(container, collections.abc.Mapping)
+               and len(container) <= _MAX_NUMBERS)
     for key, value in list(items):
         if isinstance(value, SpmdTensor) and settable:
             places.held[place_of(container, key, True)] = value
-        elif type(value) in NUMBERS and settable:
+        elif numbers and type(value) in NUMBERS:
             places.numbers[place_of(container, key, True)] = value
         elif isinstance(value, torch.Tensor):
             place = place_of(container, key, True)
