@@ -60,3 +60,26 @@ def test_unchanged_numbers_keep_replaying():
     after = xs.metrics()
     assert after["step_replays"] - before["step_replays"] == 3
     assert after["step_captures"] == before["step_captures"]
+
+
+step = 0  # a module-level loop variable, as in ``for step in range(n)``
+
+
+def test_a_global_named_like_a_method_the_step_calls_is_not_read_by_it():
+    """``opt.step()`` names the attribute ``step``; the walk took every name in the
+    code's ``co_names`` for a global it reads, so a ``for step in ...`` loop at module
+    level made every call capture again (the docs' own example replayed no call)."""
+    global step
+    model = torch.nn.Linear(3, 1).to(DEVICE)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+
+    @xs.compile
+    def train(x):
+        opt.zero_grad()
+        model(x).sum().backward()
+        opt.step()
+
+    before = xs.metrics()
+    for step in range(5):
+        train(torch.ones(2, 3).to(DEVICE))
+    assert xs.metrics()["step_replays"] - before["step_replays"] >= 3

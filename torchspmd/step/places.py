@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import builtins
 import collections.abc
+import dis
 import functools
 import types
 from dataclasses import dataclass, field
@@ -205,13 +206,20 @@ def roots(fn) -> list[Root]:
     return roots
 
 
-def _names(code) -> list[str]:
-    """Global names used by ``code`` and the functions defined inside it."""
-    names = list(code.co_names)
+_GLOBAL_OPS = frozenset({"LOAD_GLOBAL", "STORE_GLOBAL", "DELETE_GLOBAL", "LOAD_NAME",
+                         "STORE_NAME"})
+
+
+@functools.lru_cache(maxsize=256)
+def _names(code) -> tuple[str, ...]:
+    """Global names ``code`` and the functions defined inside it load or store. Not
+    ``co_names``, which lists attribute names too: ``opt.step()`` would make a loop's
+    ``for step in ...`` global a number the step reads, checked before each replay."""
+    names = [i.argval for i in dis.get_instructions(code) if i.opname in _GLOBAL_OPS]
     for const in code.co_consts:
         if isinstance(const, types.CodeType):
             names.extend(_names(const))
-    return names
+    return tuple(dict.fromkeys(names))
 
 
 def _visit(obj, places: Places, seen: set[int], depth: int) -> None:
