@@ -12,7 +12,7 @@ import warnings
 import torch
 
 import torchspmd as xs
-from torchspmd.step.api import HiddenStateWarning
+from torchspmd.step import HiddenStateWarning
 
 DEVICE = xs.device()
 _STATE: dict = {}
