@@ -112,15 +112,14 @@ def capture(fn, args: tuple, kwargs: dict,
         except _REFUSALS:
             # A read on the host, a rebinding: torchspmd's refusals, which an eager run
             # would not meet. The step did not happen: what it changed so far goes back.
-            Undo.of(rec, before, find_places(fn, args, kwargs)).apply()
-            python_state.restore()
+            Undo.of(rec, before, find_places(fn, args, kwargs), python_state).apply()
             raise
         finally:
             index_checks.restore_flag(outer)
     # The step's index-range flag is one more result: ``CompiledStep`` takes it off again.
     result = (result, None if flag is None else flag.tensor)
     after = find_places(fn, args, kwargs)
-    undo = Undo.of(rec, before, after)
+    undo = Undo.of(rec, before, after, python_state)
     arg_storages = {t.handle.storage: k for k, t in enumerate(tensors)}
     try:
         python_state.check()
@@ -131,11 +130,8 @@ def capture(fn, args: tuple, kwargs: dict,
         held_by.update(_unwalked(fn, args, kwargs, after, rec, held_by, arg_storages))
     except _REFUSALS:
         undo.apply()  # the whole step ran, then was refused: as if it had not
-        python_state.restore()
         raise
-    # Kept from here on: a failed compile puts back the tensors only (as before this
-    # undo covered refusals; the state a warm-up made is the call's).
-    undo = Undo(undo.values, undo.slots)
+    undo = undo.tensors_only()
     flat, spec = tree_flatten(result)
     captured = Captured(None, [], [], spec, [None if isinstance(r, SpmdTensor) else r
                                              for r in flat], after.optimizers,

@@ -46,6 +46,7 @@ from torchspmd.step import optim
 from torchspmd.step.capture import Captured
 from torchspmd.step.counters import counter_groups, holding_one_value, still_shared
 from torchspmd.step.recycle import Spares
+from torchspmd.step.side_effects import same_number
 from torchspmd.step.slot_reads import SlotReads
 from torchspmd.step.routes import (ArgSource, ConstSource, RefilledSource, SlotTarget,
                                    StorageSource)
@@ -179,8 +180,7 @@ class Plan:
                 return False
         for get, value in captured.numbers:  # ``model.temperature = 0.5`` between calls
             now = get()
-            if now is not value and not (type(now) is type(value)
-                                         and (now == value or now != now and value != value)):
+            if now is not value and not same_number(now, value):
                 return False
         if not _hold(reads.held):
             # A slot the step reads holds a new tensor of the same kind (the gradients

@@ -52,7 +52,7 @@ def check_rebinding(before: Places) -> None:
                 "this value and later calls would compute as this one did. Set it before "
                 "the first call, or pass it as an argument.")
         if not isinstance(old, SpmdTensor):
-            if type(now) is type(old) and now == old:
+            if same_number(now, old):
                 continue
             raise RebindingError(
                 f"torchspmd.compile: the step rebound {name!r}, a Python number "
@@ -69,16 +69,21 @@ def check_rebinding(before: Places) -> None:
             "step and assign it outside.")
 
 
+def same_number(now, old) -> bool:
+    """Whether Python number ``now`` is ``old``'s value: the same type (``1`` and ``1.0``
+    record different graphs) and equal, a NaN equal to a NaN."""
+    return type(now) is type(old) and (now == old or (now != now and old != old))
+
+
 def check_numbers(before: Places) -> None:
     """An attribute or item of a walked object that held a Python number must hold it
     still (``self.calls += 1`` in the step would count the capture only)."""
     for place, old in before.numbers.items():
         now = place.get()
-        if now is old or (type(now) is type(old) and (now == old or (now != now and old != old))):
+        if now is old or same_number(now, old):
             continue
-        where = f"{type(place.container).__name__}{f'[{place.key!r}]' if place.item else '.' + str(place.key)}"
         raise RebindingError(
-            f"torchspmd.compile: the step changed {where}, a Python number ({old!r} -> "
+            f"torchspmd.compile: the step changed {place}, a Python number ({old!r} -> "
             f"{now!r}). A replay runs no Python, so it would keep this value and later "
             "calls would compute as this one did. Keep it in a 0-d tensor on the device "
             "updated in place (t.add_(1)), pass it as an argument (each new value captures "
@@ -109,13 +114,11 @@ class PythonState:
 
     optimizers: list
     hyper: tuple
-    epochs: tuple  # (scheduler, its last_epoch)
-    schedules: tuple = ()  # (scheduler, its state_dict()), for ``restore``
+    schedules: tuple  # (scheduler, its state_dict()): its epoch, and what ``restore`` loads
 
     @staticmethod
     def of(places: Places) -> "PythonState":
         return PythonState(places.optimizers, optim.hyperparameters(places.optimizers),
-                           tuple((s, s.last_epoch) for s in places.schedulers),
                            tuple((s, s.state_dict()) for s in places.schedulers))
 
     def restore(self) -> None:
@@ -127,8 +130,8 @@ class PythonState:
 
     def check(self) -> None:
         """Raise :class:`HostStateError` naming what the step changed, if it did."""
-        for scheduler, epoch in self.epochs:
-            if scheduler.last_epoch != epoch:
+        for scheduler, state in self.schedules:
+            if scheduler.last_epoch != state["last_epoch"]:
                 name = type(scheduler).__name__
                 raise HostStateError(
                     f"torchspmd.compile: the step advanced the learning-rate scheduler {name} "

@@ -30,11 +30,14 @@ class Undo:
     python: dict = field(default_factory=dict)
     # Slots the refused step added (optimizer state made on first use): taken out again
     added: tuple = ()
+    # The hyperparameters and schedulers before the step (``side_effects.PythonState``)
+    state: object = None
 
     @staticmethod
-    def of(rec, before: Places, after: Places) -> "Undo":
+    def of(rec, before: Places, after: Places, state=None) -> "Undo":
         """What the step recorded in ``rec`` changed between the walks ``before`` and
-        ``after`` it (slots read through the walk: a ``.grad`` only where it is a leaf's)."""
+        ``after`` it (slots read through the walk: a ``.grad`` only where it is a leaf's),
+        and ``state`` to restore."""
         python = {place: old for place, old in (*before.rebindable.items(),
                                                 *before.numbers.items())
                   if place.get() is not old}
@@ -43,10 +46,16 @@ class Undo:
                      if st not in rec.created and st in rec.initial},
                     {place: t for place, t in before.held.items()
                      if after.held.get(place) is not t},
-                    python, added)
+                    python, added, state)
+
+    def tensors_only(self) -> "Undo":
+        """This undo less the Python values, added slots and state: what a capture whose
+        program then fails puts back (the state a warm-up made is the call's)."""
+        return Undo(self.values, self.slots)
 
     def apply(self) -> None:
-        """Put every storage, slot and Python value back as it was before the step."""
+        """Put every storage, slot, Python value and schedule back as it was before the
+        step."""
         for storage, value in self.values.items():
             if storage.value is not value:
                 storage.set(value)
@@ -58,3 +67,5 @@ class Undo:
                 place.container.pop(place.key, None)
             elif not place.item:
                 place.set(None)
+        if self.state is not None:
+            self.state.restore()
