@@ -69,3 +69,14 @@ def test_a_read_in_the_users_own_code_gets_no_library_hint():
         for _ in range(2):
             step(torch.ones(3).to(DEV))
     assert "The read is in" not in str(error.value)
+
+
+def test_an_averaged_model_updated_in_the_step_says_to_update_it_after():
+    """``AveragedModel.update_parameters`` branches on its count on the host."""
+    from torch.optim.swa_utils import AveragedModel, get_ema_multi_avg_fn
+
+    model = nn.Linear(6, 3).to(DEV)
+    ema = AveragedModel(model, multi_avg_fn=get_ema_multi_avg_fn(0.9), device=DEV)
+    step = torchspmd.compile(lambda: ema.update_parameters(model))
+    with pytest.raises(HostReadInStep, match=r"swa_utils\.py:\d+ \(update_parameters\).*after the"):
+        step()

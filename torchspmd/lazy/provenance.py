@@ -116,6 +116,10 @@ _LIBRARY_READS = (
     ("torch/optim/lbfgs.py",
      "LBFGS's line search reads the loss on the host: call opt.step(closure) after the "
      "compiled function."),
+    ("torch/optim/swa_utils.py",
+     "AveragedModel.update_parameters reads n_averaged on the host (copy on the first call, "
+     "average after): call it after the compiled function, or average in the step with "
+     "tensor ops (torch._foreach_lerp_(averaged_params, params, 1 - decay))."),
     ("torch/optim/",
      "the optimizer reads a value on the host with these options: foreach=True (or fused=True "
      "where the optimizer has it) keeps its math on the device, or call opt.step() after "
