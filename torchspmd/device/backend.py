@@ -21,7 +21,7 @@ from torchspmd.device.guard import install as install_backward_errors
 from torchspmd.lowering import LOWERINGS
 from torchspmd.device.tensor import SpmdTensor, check_device_index
 from torchspmd.device import (accelerator, attention, autocast, checkpoint_fence, grad_scaler,
-                              immediate, tied_parameters)
+                              immediate, step_boundary, tied_parameters)
 from torchspmd.jax_setup import devices
 from torchspmd.lazy.node import TensorMeta
 from torchspmd.runtime import rng
@@ -175,6 +175,7 @@ def register() -> None:
     accelerator.install()
     attention.install()
     immediate.install()
+    step_boundary.install()
     _LIBRARY = torch.library.Library("aten", "IMPL")
     _LIBRARY.impl("empty.memory_format", _empty, "PrivateUse1")
     _LIBRARY.impl("empty_strided", _empty_strided, "PrivateUse1")
