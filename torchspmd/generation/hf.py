@@ -43,6 +43,7 @@ from torchspmd.generation.buckets import Buckets
 from torchspmd.generation.recompiles import RecompileWatch
 from torchspmd.parallel.linear import xla_patched_nn_linear_forward
 from torchspmd.runtime.metrics import COUNTERS
+from torchspmd.runtime import shape_changes
 from torchspmd.step import HostReadInStep, compile as compile_step
 
 # Recompiles of a dynamic-cache loop tolerated before the warning.
@@ -214,8 +215,9 @@ class HFGeneration:
 
     def _lazy(self, kwargs: dict):
         before = COUNTERS["graphs_compiled"]
-        out = self.original_forward(**kwargs)
-        out.logits = out.logits[:, -1:].cpu()
+        with shape_changes.watched():  # self.watch names the remedy for generate
+            out = self.original_forward(**kwargs)
+            out.logits = out.logits[:, -1:].cpu()
         shapes = {k: tuple(v.shape) for k, v in kwargs.items() if isinstance(v, torch.Tensor)}
         cache = kwargs.get("cache")
         if isinstance(cache, Cache):

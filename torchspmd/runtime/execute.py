@@ -18,7 +18,7 @@ from torchspmd.jax_setup import devices
 from torchspmd.lazy.handle import PENDING, PENDING_VIEWS
 from torchspmd.lazy.node import Node
 from torchspmd.lazy.provenance import is_recording, refuse_host_read
-from torchspmd.runtime import hooks, manual_regions, memory, placement, transfer
+from torchspmd.runtime import hooks, manual_regions, memory, placement, shape_changes, transfer
 from torchspmd.runtime.donation import lazy_donations
 from torchspmd.runtime.failure import FailedValue, is_failed, mark_failed
 from torchspmd.runtime.cache import LRU, programs_capacity_from_env
@@ -271,6 +271,7 @@ def _run(graph, wanted: dict | None, successors: dict | None) -> None:
         target = placements[0][0] if placements else None
         inputs = _placed_inputs(graph, target)
         if program is None:
+            shape_changes.note_compile(graph)
             program = _PROGRAMS[graph.key] = Program(graph)
             program.state.parts = parts
         program.state.input_layouts = InputLayouts.of(graph, inputs, target)
