@@ -4,7 +4,9 @@ The lazy loop (``opt.zero_grad(); loss.backward(); opt.step(); torchspmd.sync()`
 sweep's model (``sweep.py`` families), phase by phase: the number of ops recorded (exact,
 from ``torchspmd.metrics()``) and the CPU time of the main thread and of the process
 (autograd runs the backward on its own device thread; after ``sync()`` XLA's threads run
-the program). CPU time is steadier than wall time on a loaded machine, but still noisy.
+the program). ``opt.step()`` launches the program (``device/step_boundary.py``): the
+graph's collection and launch are in the optimizer phase, and ``sync()`` finds nothing
+left. CPU time is steadier than wall time on a loaded machine, but still noisy.
 
     python benchmarks/lazy_phases.py [--family mlp] [--dim 64] [--depth 1] [--steps 30]
 

@@ -57,11 +57,11 @@ def torchspmd_trainer(model: TinyTransformer, total: int, layout: Layout | None 
     """``step(i, x, y) -> loss``: one traced, synced and waited-for training step.
 
     The returned function records per-step phases in ``step.phases``: seconds in user
-    code while tracing, in ``sync()`` (host work: graph collection, launch), and waiting
-    for the device and reading the loss; then the CPU seconds of the first two (the
-    process's while tracing, when the device is idle; the calling thread's in ``sync()``,
-    while the launched program computes on other threads), which a loaded machine
-    disturbs less than wall time.
+    code while tracing (``opt.step()`` launches the program: graph collection and launch
+    are in it), in the ``sync()`` after it (little or nothing left), and waiting for the
+    device and reading the loss; then the calling thread's CPU seconds of the first two
+    (the launched program computes on other threads), which a loaded machine disturbs
+    less than wall time.
     """
     model = place_torch(copy.deepcopy(model), layout)
     opt = torch.optim.AdamW(model.parameters(), lr=BASE_LR, weight_decay=WEIGHT_DECAY)
@@ -70,7 +70,9 @@ def torchspmd_trainer(model: TinyTransformer, total: int, layout: Layout | None 
 
     def step(i: int, x: torch.Tensor, y: torch.Tensor) -> float:
         start = time.perf_counter()
-        cpu_start = time.process_time()
+        # The host thread's CPU time: opt.step() launches the step's program
+        # (device/step_boundary.py), whose XLA threads a process time would count too.
+        cpu_start = time.thread_time()
         for group in opt.param_groups:
             group["lr"] = lr_at(i, total)
         x, y = x.to(device), y.to(device)
@@ -82,10 +84,9 @@ def torchspmd_trainer(model: TinyTransformer, total: int, layout: Layout | None 
         loss.backward()
         opt.step()
         traced = time.perf_counter()
-        cpu_traced, thread_traced = time.process_time(), time.thread_time()
         torchspmd.sync()
         launched = time.perf_counter()
-        cpu = cpu_traced - cpu_start + time.thread_time() - thread_traced
+        cpu = time.thread_time() - cpu_start
         step.program = last_program()  # the step's graph, for its collectives
         torchspmd.wait_device_ops()
         value = loss.item()

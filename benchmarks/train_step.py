@@ -207,8 +207,9 @@ def report(results: dict, spmd_step, compiled_step, jax_step, steps: int) -> boo
           f"device); host {host['compiled'] / host['jax']:.2f} (target <= 1.5 on fsdp+tp)")
     print(f"  lazy tracing (trace_time_s): {counters['trace_time_s'] / steps * 1e3:8.2f} ms/step "
           f"(both torchspmd sides), {counters['ops_traced'] / steps:.0f} ops/step")
-    print(f"  lazy user code to sync:      {user * 1e3:8.2f} ms/step (median)")
-    print(f"  lazy sync() (host):          {launch * 1e3:8.2f} ms/step (median)")
+    print(f"  lazy user code, opt.step():  {user * 1e3:8.2f} ms/step (median; opt.step() "
+          "launches the program)")
+    print(f"  lazy sync() after it (host): {launch * 1e3:8.2f} ms/step (median)")
     print(f"  lazy wait + .item():         {wait * 1e3:8.2f} ms/step (median)")
     host_cpu = statistics.median(p[3] for p in spmd_step.phases[-steps:])
     print(f"  lazy host CPU time:          {host_cpu * 1e3:8.2f} ms/step (median; user code "
