@@ -135,10 +135,11 @@ class CompiledStep:
                 "argument.")
         if captured.warmup or captured.graph is None:
             COUNTERS["step_warmups"] += 1
-            # Ran lazily: the values are pending, as on the lazy path (results detached, as
-            # a replay's are).
-            return _checked(tree_map(lambda t: t.detach() if isinstance(t, SpmdTensor) else t, watched),
-                            captured)
+            # Ran lazily: the values are pending, as on the lazy path (results with an
+            # autograd history detached, as a replay's are; a parameter or gradient the
+            # step returns is returned itself, as a replay returns it).
+            return _checked(tree_map(lambda t: t.detach() if isinstance(t, SpmdTensor)
+                                     and t.grad_fn is not None else t, watched), captured)
         try:
             plan = Plan(captured)
             run = plan(tensors, first=True)

@@ -44,9 +44,9 @@ from torchspmd.step.unwalked import unwalked_slots
 from torchspmd.step.side_effects import (HostStateError, PythonState, RebindingError,
                                          check_host_state, check_numbers, check_rebinding,
                                          first_binding)
-from torchspmd.step.routes import (ArgSource, ArgTarget, ConstSource, Output, RefilledSource,
-                                   ReturnTarget, SlotTarget, Source, StorageSource,
-                                   StorageTarget)
+from torchspmd.step.routes import (AliasReturn, ArgSource, ArgTarget, ConstSource, Output,
+                                   RefilledSource, ReturnTarget, SlotTarget, Source,
+                                   StorageSource, StorageTarget)
 
 
 @dataclass
@@ -77,6 +77,8 @@ class Captured:
     # (weak reference, version) per CPU tensor the step took data from (a constant of
     # the program): one changed in place since makes the step capture again
     host_reads: tuple = ()
+    # Returned tensors that share data with state outliving the step (``AliasReturn``)
+    alias_returns: tuple = ()
     # Slots that held a tensor when the step began and none when it ended
     # (``opt.zero_grad()`` at its end): a replay empties them too
     emptied: tuple = ()
@@ -155,7 +157,7 @@ def capture(fn, args: tuple, kwargs: dict,
         *before.numbers.items(),
         *((p, v) for p, v in before.rebindable.items() if type(v) in NUMBERS)))
     if not captured.warmup:
-        filled = _outputs(captured, rec, before, after, flat, arg_storages)
+        filled = _outputs(captured, rec, before, after, flat, arg_storages, tensors)
         _graph(captured, _Read(rec, arg_values, arg_storages, start, held_by, filled))
     return result, captured, undo
 
@@ -269,7 +271,7 @@ def _first_use(before: Places, after: Places) -> str:
 
 
 def _outputs(captured: Captured, rec, before: Places, after: Places, flat: list,
-             arg_storages: dict) -> dict:
+             arg_storages: dict, args: list) -> dict:
     """Fill ``captured.outputs``: written storages, filled slots, results. Returns the
     new tensor put in each filled slot."""
     for storage in rec.written:
@@ -290,10 +292,37 @@ def _outputs(captured: Captured, rec, before: Places, after: Places, flat: list,
         target = SlotTarget(place, t.requires_grad, type(t), was_empty=old is None)
         captured.outputs.append(Output(t.handle.value(), target))
         filled[place] = t
+    aliases = []
+    in_slots = {t.handle.storage: place for place, t in after.held.items()
+                if t is not None and t.handle.storage in rec.created}
     for i, r in enumerate(flat):
         if isinstance(r, SpmdTensor):
-            captured.outputs.append(Output(r.handle.value(), ReturnTarget(i)))
+            alias = _alias(i, r, rec, after, args, arg_storages, in_slots)
+            if alias is not None:
+                aliases.append(alias)
+            else:
+                captured.outputs.append(Output(r.handle.value(), ReturnTarget(i)))
+    captured.alias_returns = tuple(aliases)
     return filled
+
+
+def _alias(position: int, r: SpmdTensor, rec, after: Places, args: list, arg_storages: dict,
+           in_slots: dict) -> AliasReturn | None:
+    """How a replay returns ``r`` if it shares data with state that outlives the step (an
+    argument, a storage older than the step, a tensor the step left in a slot); else None:
+    ``r`` is the step's own new value, a program output."""
+    storage, handle = r.handle.storage, r.handle
+    k = arg_storages.get(storage)
+    if k is not None:
+        holder, itself, tensor = ArgTarget(k), args[k] is r, None
+    elif storage not in rec.created:
+        holder, itself, tensor = StorageTarget(weakref.ref(storage)), True, weakref.ref(r)
+    elif storage in in_slots:
+        place = in_slots[storage]
+        holder, itself, tensor = place, after.held[place] is r, None
+    else:
+        return None
+    return AliasReturn(position, holder, handle.meta, handle.view, handle.identity, itself, tensor)
 
 
 def _sources(captured: Captured, read: _Read) -> list[Source]:

@@ -262,7 +262,7 @@ class Plan:
         # Not ``values``: the next call reuses most of them (``KeepsStorageValue``), and a
         # holder here would make it copy its inputs instead of donating them.
         in_flight.release_later((arrays, donated, spare_arrays), by=self)
-        return Launch(call, outputs)
+        return Launch(call, outputs, args)
 
     def _launch(self, call: Call, args: list[SpmdTensor], inputs: tuple) -> list:
         """Run the program on ``inputs``. State takes its new values before it starts
@@ -359,15 +359,17 @@ class Plan:
     def write_back(self, launch: Launch):
         """Finish the step from what ``__call__`` returned: the call's arrays into the new
         values; the step's result."""
-        return finish(launch.call, launch.outputs, self.writes, self.captured)
+        return finish(launch.call, launch.outputs, self.writes, self.captured, launch.args)
 
 
 @dataclass(frozen=True)
 class Launch:
-    """A launched call: its new state and the program's (still computing) outputs."""
+    """A launched call: its new state, the program's (still computing) outputs, and the
+    call's tensor arguments (a result may be one of them, or a view of one)."""
 
     call: Call
     outputs: list
+    args: list
 
 
 def _jitted(program: Program, wiring: Wiring, spares: Spares, inputs: int):

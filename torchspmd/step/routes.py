@@ -17,6 +17,10 @@ An **output** is one value the step hands out, with its :class:`Target`:
 - :class:`SlotTarget` -- a new tensor put in a slot (``p.grad`` after ``zero_grad()``);
 - :class:`ReturnTarget` -- a tensor the step returns.
 
+A returned tensor that shares data with state outliving the step is no output: an
+:class:`AliasReturn` says which state, and a replay returns that state (or the same view
+of it), as PyTorch's result would be.
+
 Example::
 
     captured.sources   # [ArgSource(0), StorageSource(<weakref>, slot=Place(...)), ...]
@@ -103,6 +107,27 @@ class ReturnTarget:
 
 
 Target = Union[ArgTarget, StorageTarget, SlotTarget, ReturnTarget]
+
+
+@dataclass(frozen=True)
+class AliasReturn:
+    """A tensor the step returns (at ``position`` in its flattened result) that shares
+    data with ``holder``: the call's argument (:class:`ArgTarget`), a storage that existed
+    before the step (:class:`StorageTarget`; ``tensor``, a weakref to the returned tensor
+    when it is that storage's own tensor, e.g. a parameter), or the tensor the step puts
+    in a slot (a :class:`Place`, e.g. ``p.grad``). ``meta`` and ``view`` are the returned
+    tensor's view of that data; ``itself``: it was the holding tensor object itself.
+
+    In PyTorch ``return model.weight`` returns the parameter, which later steps update in
+    place; a replay returns it too, not a copy of one step's value."""
+
+    position: int
+    holder: Union[ArgTarget, StorageTarget, Place]
+    meta: object
+    view: tuple
+    identity: bool
+    itself: bool
+    tensor: weakref.ref | None = None
 
 
 @dataclass(frozen=True)

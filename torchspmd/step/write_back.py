@@ -19,7 +19,7 @@ from torchspmd.device.tensor import SpmdTensor
 from torchspmd.lazy.handle import Handle
 from torchspmd.lazy.node import Node
 from torchspmd.step.capture import Captured
-from torchspmd.step.routes import ArgTarget, ReturnTarget, SlotTarget, StorageTarget
+from torchspmd.step.routes import AliasReturn, ArgTarget, ReturnTarget, SlotTarget, StorageTarget
 from torchspmd.step.wiring import FromInput, KeepsStorageValue, Wiring
 
 
@@ -145,7 +145,7 @@ def restore(replaced: Replaced, writes: Writes) -> None:
         place.set(tensor)
 
 
-def finish(call: Call, outputs: list, writes: Writes, captured: Captured):
+def finish(call: Call, outputs: list, writes: Writes, captured: Captured, args: list):
     """The program's arrays into the call's new values; the step's result."""
     fills = iter(call.fills)
     for arrays, index, k in zip(fills, fills, fills):
@@ -153,4 +153,27 @@ def finish(call: Call, outputs: list, writes: Writes, captured: Captured):
     results = list(captured.result_leaves)
     for j, position in writes.returns:
         results[position] = call.tensors[j]
+    for alias in captured.alias_returns:
+        results[alias.position] = _aliased(alias, args)
     return tree_unflatten(results, captured.result_spec)
+
+
+def _aliased(alias: AliasReturn, args: list) -> SpmdTensor:
+    """The returned tensor of ``alias`` for this call: the holding tensor itself, or the
+    same view of its current data (``AliasReturn``)."""
+    holder = alias.holder
+    if isinstance(holder, ArgTarget):
+        if alias.itself:
+            return args[holder.position]
+        storage = args[holder.position].handle.storage
+    elif isinstance(holder, StorageTarget):
+        same = alias.tensor() if alias.tensor is not None else None
+        if same is not None and same.handle.storage is holder.storage():
+            return same  # the parameter (or moment, or gradient) itself
+        storage = holder.storage()
+    else:
+        tensor = holder.get()
+        if alias.itself:
+            return tensor
+        storage = tensor.handle.storage
+    return SpmdTensor(Handle(storage, alias.meta, alias.view, identity=alias.identity))
