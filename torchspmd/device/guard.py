@@ -31,6 +31,8 @@ import torch
 import torch.autograd
 import torch.autograd.graph
 
+from torchspmd.runtime.metrics import COUNTERS
+
 __all__ = ["DeviceGuard", "install"]
 
 _PRIVATE_USE_1 = torch._C._autograd.DeviceType.PrivateUse1
@@ -112,6 +114,7 @@ def install() -> None:
 
     @functools.wraps(run)
     def run_backward(*args, **kwargs):
+        COUNTERS["backward_calls"] += 1  # a compiled step tells a training step by it
         _take()  # none can be left from an earlier backward; drop any, to be safe
         try:
             return run(*args, **kwargs)

@@ -12,6 +12,7 @@ def reset() -> None:
     COUNTERS.update(
         graphs_compiled=0,  # XLA compilations (a new graph, or new input shardings)
         shape_recompiles=0,  # programs compiled for a graph seen before with other shapes
+        backward_calls=0,  # backward() / autograd.grad calls (any device)
         cache_hits=0,  # syncs whose graph was already compiled
         executions=0,  # compiled programs run
         ops_traced=0,  # aten calls recorded

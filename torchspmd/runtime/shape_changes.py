@@ -20,14 +20,11 @@ Example::
 from __future__ import annotations
 
 import contextlib
-import os
-import sys
 import warnings
-
-import torch
 
 from torchspmd.runtime.cache import LRU
 from torchspmd.runtime.metrics import COUNTERS
+from torchspmd.runtime.user_code import user_stacklevel
 
 __all__ = ["ShapeRecompileWarning", "WARN_AFTER", "MIN_OPS", "note_compile", "watched"]
 
@@ -78,17 +75,6 @@ def note_compile(graph) -> None:
             f"(model.generate(cache_implementation=\"static\"), "
             f"torchspmd.generation.compile_generate), or read debug.pending_hlo() of two "
             f"iterations to see what differs.", ShapeRecompileWarning,
-            stacklevel=_user_stacklevel())
+            stacklevel=user_stacklevel())
     _SEEN[structure] = (count, shapes, warned)
 
-
-_LIBRARIES = (os.path.dirname(os.path.dirname(__file__)), os.path.dirname(torch.__file__))
-
-
-def _user_stacklevel() -> int:
-    """The ``stacklevel`` of the innermost caller outside torchspmd and PyTorch (the line
-    that read a value or called ``sync()``), for the warning to name it."""
-    frame, level = sys._getframe(1), 1
-    while frame is not None and frame.f_code.co_filename.startswith(_LIBRARIES):
-        frame, level = frame.f_back, level + 1
-    return level

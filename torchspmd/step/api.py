@@ -37,6 +37,7 @@ from torchspmd.lazy.handle import Handle
 from torchspmd.runtime import execute, hooks
 from torchspmd.runtime.cache import LRU
 from torchspmd.runtime.metrics import COUNTERS
+from torchspmd.runtime.user_code import user_stacklevel
 from torchspmd.step import optim
 from torchspmd.step.arguments import flatten, unflatten
 from torchspmd.step.capture import capture, first_difference, hidden_tensors
@@ -69,6 +70,7 @@ class CompiledStep:
         self._plans = LRU(cache_size)
         self._calls = 0
         self._last: Plan | None = None
+        self._warned_autograd = False
         functools.update_wrapper(self, fn)
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
@@ -123,6 +125,12 @@ class CompiledStep:
         result, captured, undo = capture(self.fn, args, kwargs, tensors)
         watched = result
         COUNTERS["step_captures"] += 1
+        # A module compiled as ``torch.compile(model)`` is: the caller means to call
+        # backward on its results (a function's forward-only use is left alone).
+        if (captured.autograd_expected and isinstance(self.fn, torch.nn.Module)
+                and not self._warned_autograd):
+            self._warned_autograd = True
+            _warn_no_autograd(self.fn)
         if old is not None and captured.graph is not None and old.key != captured.graph.key \
                 and self.check_every is not None and self._calls % self.check_every == 0:
             COUNTERS["step_check_misses"] += 1
@@ -186,6 +194,22 @@ class HiddenStateWarning(UserWarning):
     """A compiled step left tensors it made where no replay would update them."""
 
 
+class NoAutogradWarning(UserWarning):
+    """A compiled module returns tensors with autograd history but runs no backward."""
+
+
+def _warn_no_autograd(fn) -> None:
+    name = getattr(fn, "__qualname__", None) or type(fn).__name__
+    warnings.warn(
+        f"torchspmd.compile: {name} returns tensors with autograd history and runs no "
+        "backward. A compiled function is a whole step: its results have no autograd "
+        "history, so .backward() on them raises 'element 0 of tensors does not require "
+        "grad'. Compile the training step (forward, loss.backward() and optimizer.step() "
+        "inside), or run the model without torchspmd.compile (the lazy device records the "
+        "backward too). For evaluation, torch.no_grad() in the function silences this.",
+        NoAutogradWarning, stacklevel=user_stacklevel())
+
+
 def _warn_hidden(count: int) -> None:
     warnings.warn(
         f"torchspmd.compile: the step left {count} tensor(s) it made where a compiled step "
@@ -194,7 +218,7 @@ def _warn_hidden(count: int) -> None:
         "no Python and would never update them, so this capture is not kept: the next call "
         "captures again, and replays once such state exists before the call. Keep state "
         "the step creates in a module, an optimizer, or an object the step names itself.",
-        HiddenStateWarning, stacklevel=4)
+        HiddenStateWarning, stacklevel=user_stacklevel())
 
 
 def _checked(result_and_flag: tuple, captured) -> Any:

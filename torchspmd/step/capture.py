@@ -34,9 +34,10 @@ from torchspmd.lazy import provenance
 from torchspmd.lazy.provenance import HostReadInStep
 from torchspmd.lazy.node import Node
 from torchspmd.runtime.execute import sync
+from torchspmd.runtime.metrics import COUNTERS
 from torchspmd.runtime.transfer import upload_leaf
 from torchspmd.runtime.graph import Graph, collect
-from torchspmd.step import optim
+from torchspmd.step import optim, outputs
 from torchspmd.step.optim import NUMBERS
 from torchspmd.step.places import MAX_DEPTH, Places, find_places
 from torchspmd.step.undo import Undo
@@ -44,9 +45,8 @@ from torchspmd.step.unwalked import unwalked_slots
 from torchspmd.step.side_effects import (HostStateError, PythonState, RebindingError,
                                          check_host_state, check_numbers, check_rebinding,
                                          first_binding)
-from torchspmd.step.routes import (AliasReturn, ArgSource, ArgTarget, ConstSource, Output,
-                                   RefilledSource, ReturnTarget, SlotTarget, Source,
-                                   StorageSource, StorageTarget)
+from torchspmd.step.routes import (ArgSource, ConstSource, Output, RefilledSource, SlotTarget,
+                                   Source, StorageSource)
 
 
 @dataclass
@@ -79,6 +79,9 @@ class Captured:
     host_reads: tuple = ()
     # Returned tensors that share data with state outliving the step (``AliasReturn``)
     alias_returns: tuple = ()
+    # The step returned tensors with autograd history and ran no backward
+    # (``outputs.autograd_expected``)
+    autograd_expected: bool = False
     # Slots that held a tensor when the step began and none when it ended
     # (``opt.zero_grad()`` at its end): a replay empties them too
     emptied: tuple = ()
@@ -106,6 +109,7 @@ def capture(fn, args: tuple, kwargs: dict,
     arg_values = [t.handle.storage.value for t in tensors]
     python_state = PythonState.of(before)
     start = Node(None).seq  # nodes made from here on belong to the step
+    backward_calls = COUNTERS["backward_calls"]
     with provenance.recording() as rec, _traced_as_by_torch_compile():
         outer = index_checks.take_flag()
         try:
@@ -152,12 +156,14 @@ def capture(fn, args: tuple, kwargs: dict,
     captured.emptied = tuple(place for place, t in after.held.items()
                              if t is None and before.held.get(place) is not None)
     captured.warmup = _first_use(before, after) or first_binding(before)
+    captured.autograd_expected = outputs.autograd_expected(
+        flat, COUNTERS["backward_calls"] != backward_calls)
     captured.made = rec.created
     captured.numbers = tuple((place.getter(), value) for place, value in (
         *before.numbers.items(),
         *((p, v) for p, v in before.rebindable.items() if type(v) in NUMBERS)))
     if not captured.warmup:
-        filled = _outputs(captured, rec, before, after, flat, arg_storages, tensors)
+        filled = outputs.route(captured, rec, before, after, flat, arg_storages, tensors)
         _graph(captured, _Read(rec, arg_values, arg_storages, start, held_by, filled))
     return result, captured, undo
 
@@ -268,61 +274,6 @@ def _first_use(before: Places, after: Places) -> str:
         if t is not None and place not in before.held:
             return f"state created on first use ({place})"
     return ""
-
-
-def _outputs(captured: Captured, rec, before: Places, after: Places, flat: list,
-             arg_storages: dict, args: list) -> dict:
-    """Fill ``captured.outputs``: written storages, filled slots, results. Returns the
-    new tensor put in each filled slot."""
-    for storage in rec.written:
-        if storage in rec.created:
-            continue
-        k = arg_storages.get(storage)
-        target = ArgTarget(k) if k is not None else StorageTarget(weakref.ref(storage))
-        captured.outputs.append(Output(storage.value, target))
-    filled = {}
-    for place, t in after.held.items():
-        old = before.held.get(place)
-        if t is old or t is None:
-            continue
-        if t.handle.storage not in rec.created:
-            raise RebindingError(
-                f"torchspmd.compile: the step moved an existing tensor into {place}; a compiled "
-                "step can fill a slot only with a tensor it computes (use .clone())")
-        target = SlotTarget(place, t.requires_grad, type(t), was_empty=old is None)
-        captured.outputs.append(Output(t.handle.value(), target))
-        filled[place] = t
-    aliases = []
-    in_slots = {t.handle.storage: place for place, t in after.held.items()
-                if t is not None and t.handle.storage in rec.created}
-    for i, r in enumerate(flat):
-        if isinstance(r, SpmdTensor):
-            alias = _alias(i, r, rec, after, args, arg_storages, in_slots)
-            if alias is not None:
-                aliases.append(alias)
-            else:
-                captured.outputs.append(Output(r.handle.value(), ReturnTarget(i)))
-    captured.alias_returns = tuple(aliases)
-    return filled
-
-
-def _alias(position: int, r: SpmdTensor, rec, after: Places, args: list, arg_storages: dict,
-           in_slots: dict) -> AliasReturn | None:
-    """How a replay returns ``r`` if it shares data with state that outlives the step (an
-    argument, a storage older than the step, a tensor the step left in a slot); else None:
-    ``r`` is the step's own new value, a program output."""
-    storage, handle = r.handle.storage, r.handle
-    k = arg_storages.get(storage)
-    if k is not None:
-        holder, itself, tensor = ArgTarget(k), args[k] is r, None
-    elif storage not in rec.created:
-        holder, itself, tensor = StorageTarget(weakref.ref(storage)), True, weakref.ref(r)
-    elif storage in in_slots:
-        place = in_slots[storage]
-        holder, itself, tensor = place, after.held[place] is r, None
-    else:
-        return None
-    return AliasReturn(position, holder, handle.meta, handle.view, handle.identity, itself, tensor)
 
 
 def _sources(captured: Captured, read: _Read) -> list[Source]:
