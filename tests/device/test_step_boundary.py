@@ -11,6 +11,7 @@ import torch
 import torch.nn.functional as F
 
 import torchspmd
+from tests.step.helpers import train_step
 
 DEV = torchspmd.device()
 
@@ -63,16 +64,7 @@ def test_an_optimizer_of_cpu_parameters_leaves_pending_device_work_pending():
 
 def test_a_compiled_step_is_still_one_program_per_call():
     model = _model(DEV)
-    opt = torch.optim.AdamW(model.parameters(), lr=0.01)
-
-    @torchspmd.compile
-    def step(x, y):
-        opt.zero_grad()
-        loss = F.mse_loss(model(x), y)
-        loss.backward()
-        opt.step()
-        return loss
-
+    step = torchspmd.compile(train_step(model, torch.optim.AdamW(model.parameters(), lr=0.01)))
     data = _batches(5)
     for x, y in data[:3]:  # warm-up and capture
         step(x.to(DEV), y.to(DEV))
