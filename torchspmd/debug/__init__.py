@@ -30,7 +30,8 @@ from torchspmd.runtime.metrics import metrics
 from torchspmd.runtime.shape_changes import ShapeRecompileWarning
 from torchspmd.sharding.api import get_sharding
 
-__all__ = ["ShapeRecompileWarning", "visualize_sharding", "visualize_tensor_sharding", "last_hlo", "collectives",
+__all__ = ["ShapeRecompileWarning", "visualize_sharding", "visualize_tensor_sharding",
+           "last_hlo", "collectives",
            "copied_arguments", "compare_programs", "program_size", "ProgramSize",
            "ProgramComparison", "metrics_report", "check_indices", "index_checks", "pending_hlo", "pending_program",
            "propagated_shardings",

@@ -38,7 +38,8 @@ class ShapeRecompileWarning(UserWarning):
     """One computation has compiled a program for each of many input shapes."""
 
 
-# A registry the design names: structure -> (programs compiled, last shapes, warned).
+# Per computation (bounded, least recently compiled dropped): programs compiled, the
+# last one's output shapes, whether it was warned about.
 _SEEN = LRU(256)
 _WATCHED = [0]  # depth of ``watched()`` blocks: their callers report recompiles themselves
 
@@ -77,4 +78,3 @@ def note_compile(graph) -> None:
             f"iterations to see what differs.", ShapeRecompileWarning,
             stacklevel=user_stacklevel())
     _SEEN[structure] = (count, shapes, warned)
-

@@ -125,8 +125,8 @@ class CompiledStep:
         result, captured, undo = capture(self.fn, args, kwargs, tensors)
         watched = result
         COUNTERS["step_captures"] += 1
-        # A module compiled as ``torch.compile(model)`` is: the caller means to call
-        # backward on its results (a function's forward-only use is left alone).
+        # A module compiled the way ``torch.compile(model)`` is used: the caller means to
+        # call backward on its results (a function's forward-only use is left alone).
         if (captured.autograd_expected and isinstance(self.fn, torch.nn.Module)
                 and not self._warned_autograd):
             self._warned_autograd = True

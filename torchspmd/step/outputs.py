@@ -66,15 +66,16 @@ def _alias(position: int, r: SpmdTensor, rec, after: Places, args: list, arg_sto
     k = arg_storages.get(storage)
     if k is not None:
         holder, itself, tensor = ArgTarget(k), args[k] is r, None
-    elif storage not in rec.created:
-        holder, itself, tensor = StorageTarget(weakref.ref(storage)), True, weakref.ref(r)
+    elif storage not in rec.created:  # a parameter, a moment, a gradient kept in place
+        whole = handle.whole  # the tensor itself (or a detach() of it), not a part of it
+        holder, itself = StorageTarget(weakref.ref(storage)), whole
+        tensor = weakref.ref(r) if whole else None
     elif storage in in_slots:
         place = in_slots[storage]
         holder, itself, tensor = place, after.held[place] is r, None
     else:
         return None
     return AliasReturn(position, holder, handle.meta, handle.view, handle.identity, itself, tensor)
-
 
 
 def autograd_expected(flat: list, ran_backward: bool) -> bool:

@@ -114,9 +114,10 @@ class AliasReturn:
     """A tensor the step returns (at ``position`` in its flattened result) that shares
     data with ``holder``: the call's argument (:class:`ArgTarget`), a storage that existed
     before the step (:class:`StorageTarget`; ``tensor``, a weakref to the returned tensor
-    when it is that storage's own tensor, e.g. a parameter), or the tensor the step puts
-    in a slot (a :class:`Place`, e.g. ``p.grad``). ``meta`` and ``view`` are the returned
-    tensor's view of that data; ``itself``: it was the holding tensor object itself.
+    when it is the whole storage, e.g. a parameter), or the tensor the step puts in a
+    slot (a :class:`Place`, e.g. ``p.grad``). ``meta``, ``view`` and ``identity`` are the
+    returned tensor's view of that data (``lazy.handle.Handle``); ``itself``: the returned
+    tensor was the holding tensor object (or, for a storage, its whole data).
 
     In PyTorch ``return model.weight`` returns the parameter, which later steps update in
     place; a replay returns it too, not a copy of one step's value."""

@@ -167,7 +167,7 @@ def _aliased(alias: AliasReturn, args: list) -> SpmdTensor:
             return args[holder.position]
         storage = args[holder.position].handle.storage
     elif isinstance(holder, StorageTarget):
-        same = alias.tensor() if alias.tensor is not None else None
+        same = alias.tensor() if alias.itself else None
         if same is not None and same.handle.storage is holder.storage():
             return same  # the parameter (or moment, or gradient) itself
         storage = holder.storage()
