@@ -238,3 +238,16 @@ def test_a_deque_the_step_appends_to_gets_every_calls_item():
     for i in range(CALLS):
         step(torch.ones(3).to(DEVICE) * i)
     assert [h.item() for h in history] == [0.0, 6.0, 12.0, 18.0]
+
+
+def test_a_deque_at_its_maxlen_says_why_its_items_moved():
+    """Appending to a full deque shifts every item to the slot before: a tensor moved
+    between slots, which a replay cannot do; the refusal names the deque's shifting."""
+    history = collections.deque(maxlen=2)
+    w = torch.ones(3).to(xs.device())
+    step = xs.compile(lambda x: history.append((w * x).sum()))
+    for i in range(2):  # the deque fills up
+        step(torch.full((3,), float(i)).to(xs.device()))
+    with pytest.raises(RebindingError, match=r"deque\[0\] \(a deque at its maxlen shifts"):
+        step(torch.full((3,), 2.0).to(xs.device()))
+    assert [t.item() for t in history] == [0.0, 3.0]  # the refused call appended nothing

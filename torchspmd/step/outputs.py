@@ -12,6 +12,7 @@ Example::
 
 from __future__ import annotations
 
+import collections
 import weakref
 
 from torchspmd.device.tensor import SpmdTensor
@@ -37,9 +38,12 @@ def route(captured, rec, before: Places, after: Places, flat: list, arg_storages
         if t is old or t is None:
             continue
         if t.handle.storage not in rec.created:
+            shifted = (" (a deque at its maxlen shifts its items on each append: append "
+                       "outside the step, or keep a fixed-size tensor and write into it)"
+                       if isinstance(place.container, collections.deque) else "")
             raise RebindingError(
-                f"torchspmd.compile: the step moved an existing tensor into {place}; a compiled "
-                "step can fill a slot only with a tensor it computes (use .clone())")
+                f"torchspmd.compile: the step moved an existing tensor into {place}{shifted}; "
+                "a compiled step can fill a slot only with a tensor it computes (use .clone())")
         target = SlotTarget(place, t.requires_grad, type(t), was_empty=old is None)
         captured.outputs.append(Output(t.handle.value(), target))
         filled[place] = t
