@@ -242,7 +242,8 @@ def test_a_deque_the_step_appends_to_gets_every_calls_item():
 
 def test_a_deque_at_its_maxlen_says_why_its_items_moved():
     """Appending to a full deque shifts every item to the slot before: a tensor moved
-    between slots, which a replay cannot do; the refusal names the deque's shifting."""
+    between slots, which a replay cannot do; the refusal names the deque's shifting, and
+    the refused call changed nothing (it kept its append and lost the oldest item)."""
     history = collections.deque(maxlen=2)
     w = torch.ones(3).to(xs.device())
     step = xs.compile(lambda x: history.append((w * x).sum()))

@@ -137,7 +137,7 @@ def capture(fn, args: tuple, kwargs: dict,
     except _REFUSALS:
         undo.apply()  # the whole step ran, then was refused: as if it had not
         raise
-    undo = undo.tensors_only()
+    refused, undo = undo, undo.tensors_only()
     flat, spec = tree_flatten(result)
     captured = Captured(None, [], [], spec, [None if isinstance(r, SpmdTensor) else r
                                              for r in flat], after.optimizers,
@@ -163,7 +163,11 @@ def capture(fn, args: tuple, kwargs: dict,
         *before.numbers.items(),
         *((p, v) for p, v in before.rebindable.items() if type(v) in NUMBERS)))
     if not captured.warmup:
-        filled = outputs.route(captured, rec, before, after, flat, arg_storages, tensors)
+        try:  # refuses a tensor moved between slots (``RebindingError``)
+            filled = outputs.route(captured, rec, before, after, flat, arg_storages, tensors)
+        except _REFUSALS:
+            refused.apply()
+            raise
         _graph(captured, _Read(rec, arg_values, arg_storages, start, held_by, filled))
     return result, captured, undo
 
