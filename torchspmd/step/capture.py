@@ -127,6 +127,8 @@ def capture(fn, args: tuple, kwargs: dict,
     after = find_places(fn, args, kwargs)
     undo = Undo.of(rec, before, after, python_state)
     arg_storages = {t.handle.storage: k for k, t in enumerate(tensors)}
+    # A refusal found here (a Python value or host state the step changed, a tensor it
+    # moved between slots): the whole step ran, then was refused, so it is undone.
     try:
         python_state.check()
         check_rebinding(before)
@@ -134,42 +136,40 @@ def capture(fn, args: tuple, kwargs: dict,
         check_host_state(before)
         held_by = _held_by(before)
         held_by.update(_unwalked(fn, args, kwargs, after, rec, held_by, arg_storages))
+        flat, spec = tree_flatten(result)
+        captured = Captured(None, [], [], spec, [None if isinstance(r, SpmdTensor) else r
+                                                 for r in flat], after.optimizers,
+                            optim.hyperparameters(after.optimizers))
+        captured.index_messages = None if flag is None else flag.messages
+        captured.links = tuple(after.links.items())
+        captured.grad_modes = tuple((t, t.requires_grad) for t in after.held.values()
+                                    if isinstance(t, torch.nn.Parameter) or (
+                                        t is not None and t.requires_grad))
+        captured.modes = tuple(before.modes)
+        began = {id(module): training for module, training in before.modes}
+        captured.mode_changes = tuple((module, training) for module, training in after.modes
+                                      if began.get(id(module), training) != training)
+        captured.group_params = tuple(after.group_params)
+        captured.host_reads = tuple(rec.host_reads)
+        captured.emptied = tuple(place for place, t in after.held.items()
+                                 if t is None and before.held.get(place) is not None)
+        captured.warmup = _first_use(before, after) or first_binding(before)
+        captured.autograd_expected = outputs.autograd_expected(
+            flat, COUNTERS["backward_calls"] != backward_calls)
+        captured.made = rec.created
+        captured.numbers = tuple((place.getter(), value) for place, value in (
+            *before.numbers.items(),
+            *((p, v) for p, v in before.rebindable.items() if type(v) in NUMBERS)))
+        if not captured.warmup:
+            filled = outputs.route(captured, rec, before, after, flat, arg_storages,
+                                   tensors)
+            _graph(captured, _Read(rec, arg_values, arg_storages, start, held_by, filled))
     except _REFUSALS:
-        undo.apply()  # the whole step ran, then was refused: as if it had not
+        undo.apply()  # as if the step had not run
         raise
-    refused, undo = undo, undo.tensors_only()
-    flat, spec = tree_flatten(result)
-    captured = Captured(None, [], [], spec, [None if isinstance(r, SpmdTensor) else r
-                                             for r in flat], after.optimizers,
-                        optim.hyperparameters(after.optimizers))
-    captured.index_messages = None if flag is None else flag.messages
-    captured.links = tuple(after.links.items())
-    captured.grad_modes = tuple((t, t.requires_grad) for t in after.held.values()
-                                if isinstance(t, torch.nn.Parameter) or (
-                                    t is not None and t.requires_grad))
-    captured.modes = tuple(before.modes)
-    began = {id(module): training for module, training in before.modes}
-    captured.mode_changes = tuple((module, training) for module, training in after.modes
-                                  if began.get(id(module), training) != training)
-    captured.group_params = tuple(after.group_params)
-    captured.host_reads = tuple(rec.host_reads)
-    captured.emptied = tuple(place for place, t in after.held.items()
-                             if t is None and before.held.get(place) is not None)
-    captured.warmup = _first_use(before, after) or first_binding(before)
-    captured.autograd_expected = outputs.autograd_expected(
-        flat, COUNTERS["backward_calls"] != backward_calls)
-    captured.made = rec.created
-    captured.numbers = tuple((place.getter(), value) for place, value in (
-        *before.numbers.items(),
-        *((p, v) for p, v in before.rebindable.items() if type(v) in NUMBERS)))
-    if not captured.warmup:
-        try:  # refuses a tensor moved between slots (``RebindingError``)
-            filled = outputs.route(captured, rec, before, after, flat, arg_storages, tensors)
-        except _REFUSALS:
-            refused.apply()
-            raise
-        _graph(captured, _Read(rec, arg_values, arg_storages, start, held_by, filled))
-    return result, captured, undo
+    # A capture whose program then fails puts back its tensors only (the state a
+    # warm-up made is the call's).
+    return result, captured, undo.tensors_only()
 
 
 # What torchspmd refuses in a step (an eager run would not raise them).

@@ -42,7 +42,6 @@ def check_rebinding(before: Places) -> None:
         now = place.get()
         if now is old:
             continue
-        name = place.key if place.item else "a closure variable"
         if old is None:
             if isinstance(now, SpmdTensor):
                 continue  # bound on first use: this call is a warm-up (``first_binding``)
@@ -55,14 +54,14 @@ def check_rebinding(before: Places) -> None:
             if same_number(now, old):
                 continue
             raise RebindingError(
-                f"torchspmd.compile: the step rebound {name!r}, a Python number "
+                f"torchspmd.compile: the step rebound {_named(place)}, a Python number "
                 f"({old!r} -> {now!r}). A replay runs no Python, so the number would keep "
                 "this value and later calls would compute as this one did. Pass the number "
                 "as an argument (each new value captures the step again), keep it in a 0-d "
                 "tensor on the device updated in place (t.add_(1)), or change it outside "
                 "the step.")
         raise RebindingError(
-            f"torchspmd.compile: the step rebound {name!r}, which held a tensor before the "
+            f"torchspmd.compile: the step rebound {_named(place)}, which held a tensor before the "
             "step. A replay runs no Python, so the new tensor would be lost (the name "
             "would silently keep its old value). Update it in place (t.copy_(new), "
             "t.add_(x)), keep it as a module attribute or buffer, or return it from the "
