@@ -14,7 +14,7 @@ import torch.optim.optimizer as torch_optimizer
 from torch.utils import backend_registration
 
 from torchspmd.device.dispatch import dispatch
-from torchspmd.device.immediate import _copy_from
+from torchspmd.device.immediate import _copy_from, _local_scalar_dense
 from torchspmd.device.resize import allocate_handle, contiguous_strides
 from torchspmd.device.guard import DeviceGuard
 from torchspmd.device.guard import install as install_backward_errors
@@ -180,6 +180,9 @@ def register() -> None:
     _LIBRARY.impl("empty.memory_format", _empty, "PrivateUse1")
     _LIBRARY.impl("empty_strided", _empty_strided, "PrivateUse1")
     _LIBRARY.impl("_copy_from", _copy_from, "PrivateUse1")
+    # ``torch.tensor([loss, loss])`` reads each element in C++ with the Python key
+    # excluded: it reaches the backend kernel, not __torch_dispatch__.
+    _LIBRARY.impl("_local_scalar_dense", _local_scalar_dense, "PrivateUse1")
     _LIBRARY.impl("_pin_memory", _pin_memory, "CPU")
     for op in _factory_ops():
         _LIBRARY.impl(op._schema.name.split("::")[-1] + _overload_suffix(op), _record_factory(op),

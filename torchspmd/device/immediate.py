@@ -65,8 +65,8 @@ def _copy_from(src, dst, non_blocking=False):
 
 
 def _local_scalar_dense(t):
-    refuse_host_read("Tensor.item() (also float(t), bool(t), `if t:`, a tensor used as a "
-                     "Python number)")
+    refuse_host_read("Tensor.item() (also float(t), bool(t), `if t:`, f\"{t:.4f}\", a tensor "
+                     "used as a Python number)")
     return to_cpu(t).item()
 
 

@@ -162,6 +162,14 @@ class SpmdTensor(torch.Tensor):
             suffix += ", requires_grad=True"
         return text[:-1] + suffix + ")" if text.endswith(")") else text
 
+    def __format__(self, format_spec: str) -> str:
+        # torch.Tensor formats a 0-d tensor as its number only when its type is exactly
+        # Tensor: ``f"{loss:.4f}"`` on a subclass would raise where a CUDA loss prints
+        # (and ``f"{loss}"`` would print the repr where CPU prints the number).
+        if self.dim() == 0:
+            return self.detach().item().__format__(format_spec)
+        return object.__format__(self, format_spec)
+
     def tolist(self):
         return to_cpu(self).tolist()
 
