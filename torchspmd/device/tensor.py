@@ -12,7 +12,7 @@ import math
 import torch
 
 from torchspmd.device.host import to_cpu
-from torchspmd.lazy import provenance
+from torchspmd.lazy import provenance, views
 from torchspmd.lazy.handle import Handle
 
 DEVICE = torch.device("spmd", 0)
@@ -48,10 +48,29 @@ class StorageKey(torch.UntypedStorage):
     weights so); PyTorch's own storage of the tensor (a placeholder without data) raised
     "invalid python storage" there.
 
+    The number is an address in a host-side address space no storage shares: each
+    storage asked for one gets the next ``nbytes`` of it (never reused), so
+    ``t.data_ptr()``, the storage's address plus the view's offset, is as on CPU: equal
+    for tensors over the same data, different (and non-overlapping ranges) otherwise.
+
     >>> a = torch.ones(4, device="spmd")  # doctest: +SKIP
     >>> a.untyped_storage().data_ptr() == a[1:].untyped_storage().data_ptr()  # doctest: +SKIP
     True
     """
+
+    # The next free address (a registry of one number: addresses are never reused).
+    _next_address = 1 << 32
+
+    @classmethod
+    def address(cls, storage) -> int:
+        """``storage``'s address, given at its first use."""
+        address = getattr(storage, "address", None)
+        if address is None:
+            meta = storage.meta
+            nbytes = math.prod(meta.shape) * meta.dtype.itemsize
+            address = storage.address = cls._next_address
+            cls._next_address += -(-nbytes // 256) * 256 + 256  # aligned, a gap between
+        return address
 
     def __new__(cls, key: int, nbytes: int):
         storage = super().__new__(cls, 0, device="meta")
@@ -141,7 +160,19 @@ class SpmdTensor(torch.Tensor):
         identity libraries group tensors by (see there)."""
         storage = self._h.storage
         meta = storage.meta
-        return StorageKey(id(storage), math.prod(meta.shape) * meta.dtype.itemsize)
+        return StorageKey(StorageKey.address(storage),
+                          math.prod(meta.shape) * meta.dtype.itemsize)
+
+    def storage_offset(self) -> int:
+        """Where this view starts in its storage, in elements (0 for a base)."""
+        handle = self._h
+        return views.storage_offset(handle.storage.meta, handle.view)
+
+    def data_ptr(self) -> int:
+        """A number standing for the address of this tensor's first element, as on CPU:
+        the same for tensors over the same data, different otherwise (``StorageKey``)."""
+        return (StorageKey.address(self._h.storage)
+                + self.storage_offset() * self.dtype.itemsize)
 
     # Results are made by __torch_dispatch__ already; skip __torch_function__ entirely.
     __torch_function__ = torch._C._disabled_torch_function_impl

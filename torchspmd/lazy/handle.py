@@ -28,7 +28,9 @@ _EPOCH = provenance.EPOCH
 class Storage:
     """The current value of a base tensor, shared by the base and all its views."""
 
-    __slots__ = ("value", "meta", "version", "origin", "kept", "listed", "__weakref__")
+    # ``address``: set only once asked for (``device.tensor.StorageKey``).
+    __slots__ = ("value", "meta", "version", "origin", "kept", "listed", "address",
+                 "__weakref__")
 
     def __init__(self, value: tuple[Node, int], meta: TensorMeta):
         self.meta = meta

@@ -255,6 +255,16 @@ def _offsets(size: tuple, stride: tuple, offset: int) -> np.ndarray:
     return found.ravel()
 
 
+def storage_offset(base_meta: TensorMeta, steps: tuple) -> int:
+    """The storage offset, in elements, of the view ``steps`` of a ``base_meta`` tensor
+    (what ``t.storage_offset()`` is on CPU).
+
+    >>> storage_offset(TensorMeta((4, 5), (5, 1), torch.float32), ())  # doctest: +SKIP
+    0
+    """
+    return _located(base_meta, steps)[2] if steps else 0
+
+
 @functools.lru_cache(maxsize=1024)
 def _located(base_meta: TensorMeta, steps: tuple) -> tuple[tuple, tuple, int]:
     """Size, stride and storage offset of the view ``steps`` of a ``base_meta`` tensor."""
