@@ -20,6 +20,7 @@ from torch import ops
 
 from torchspmd.lowering._common import compute_in_opmath as _f, opmath
 from torchspmd.lowering._common import outputs_like_meta as _outs
+from torchspmd.lowering.normalization import moments
 from torchspmd.lowering.registry import infers, lowers
 
 aten = ops.aten
@@ -226,8 +227,8 @@ def _transformer_encoder_layer_fwd(meta, src, embed_dim, num_heads, qkv_weight, 
     c = lambda t: t.astype(acc)
 
     def norm(t, w, b):
-        mean = jnp.mean(t, -1, keepdims=True)
-        return (t - mean) * jax.lax.rsqrt(jnp.mean(jnp.square(t - mean), -1, keepdims=True) + eps) * c(w) + c(b)
+        mean, var = moments(t, -1)
+        return (t - mean) * jax.lax.rsqrt(var + eps) * c(w) + c(b)
 
     x = c(src)
     h = norm(x, norm_weight_1, norm_bias_1) if norm_first else x
