@@ -54,3 +54,12 @@ def test_cast():
     x = torch.tensor([1.7, -2.2, 3.5])
     assert torch.equal(x.to("spmd").to(torch.int32).cpu(), x.to(torch.int32))
     assert torch.equal(x.to("spmd").to(torch.bfloat16).cpu(), x.to(torch.bfloat16))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16], ids=str)
+def test_floats_cast_to_uint8_through_int64_as_in_pytorch(dtype):
+    # PyTorch defines float -> uint8 as float -> int64 -> uint8 on every device (c10's
+    # TypeCast), so out-of-range values wrap; a direct cast would saturate.
+    x = torch.tensor([-1.0, -10.0, 255.0, 256.0, 300.0, 700.0, 7.9, -0.5], dtype=dtype)
+    assert torch.equal(x.to("spmd").to(torch.uint8).cpu(), x.to(torch.uint8))
+    assert torch.equal(x.to("spmd").byte().cpu(), x.byte())

@@ -157,6 +157,10 @@ for _op, _fn in _PREDICATES.items():
 @lowers(aten._to_copy.default)
 def _to_copy(meta, x, *, dtype=None, layout=None, device=None, pin_memory=None, non_blocking=False,
              memory_format=None):
+    if meta.dtype == jnp.uint8 and jnp.issubdtype(x.dtype, jnp.floating):
+        # PyTorch casts floats to uint8 through int64 on every device (c10's TypeCast),
+        # so -1.0 becomes 255 and 300.0 becomes 44; XLA's direct cast saturates.
+        return x.astype(jnp.int64).astype(jnp.uint8)
     return x.astype(meta.dtype)
 
 
