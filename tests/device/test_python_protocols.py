@@ -1,9 +1,8 @@
 """An spmd tensor answers Python's number and formatting protocols as a CPU tensor does.
 
 Training loops log with f-strings (``f"loss {loss:.4f}"``), collect losses in lists and
-turn them into one tensor (``torch.tensor(losses)``), and read an optimizer's learning
-rate, which Adam's group holds as a 0-d spmd tensor after a compiled step. Each reads the
-number from the device, as it would from a CUDA tensor.
+turn them into one tensor (``torch.tensor(losses)``), and log a learning rate held as a
+0-d spmd tensor. Each reads the number from the device, as it would from a CUDA tensor.
 """
 
 import pytest
@@ -41,9 +40,9 @@ def test_a_list_of_scalars_becomes_one_cpu_tensor(make):
     torch.testing.assert_close(got, make(losses))
 
 
-def test_a_compiled_adam_steps_learning_rate_logs_as_a_number():
+def test_a_learning_rate_held_as_a_device_scalar_logs_as_a_number():
     model = mlp(DEVICE)
-    opt = torch.optim.Adam(model.parameters(), lr=3e-4)
+    opt = torch.optim.Adam(model.parameters(), lr=torch.tensor(3e-4, device=DEVICE))
     step = torchspmd.compile(train_step(model, opt))
     for _ in range(2):
         step(torch.randn(16, 8).to(DEVICE), torch.randn(16, 4).to(DEVICE))

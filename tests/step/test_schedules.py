@@ -1,4 +1,8 @@
-"""Learning-rate schedules: Adam's lr is a program input; hand-set floats are honoured."""
+"""Learning-rate schedules: Adam's lr is a program input; hand-set floats are honoured.
+
+Between calls ``group["lr"]`` is the user's own number, as on CPU: a compiled call lends
+the group a device scalar holding it and gives the number back at its end.
+"""
 
 import pytest
 import torch
@@ -48,21 +52,42 @@ def test_a_scheduler_changes_adams_lr_without_recapture_or_recompile(name):
     assert after["step_replays"] - before["step_replays"] == 4
 
 
-def test_a_number_a_scheduler_fills_in_reaches_the_step_without_a_program_of_its_own():
+@pytest.mark.parametrize("name", ["LambdaLR", "CosineAnnealingLR"])
+def test_a_scheduled_lr_reaches_the_step_without_a_program_of_its_own(name):
     model = mlp(DEVICE)
     opt = torch.optim.AdamW(model.parameters(), lr=0.05)
-    # LambdaLR fills the lr tensor with a Python number (recursive schedulers such as
-    # CosineAnnealingLR compute it from the tensor itself: a small program of their own).
-    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda epoch: 0.9 ** epoch)
+    sched = (torch.optim.lr_scheduler.LambdaLR(opt, lambda epoch: 0.9 ** epoch)
+             if name == "LambdaLR" else torch.optim.lr_scheduler.CosineAnnealingLR(opt, 10))
     step = xs.compile(train_step(model, opt))
-    in_steps = 0
+    programs = 0
     for i, (x, y) in enumerate(batches(8)):
         x, y = on_device(x, y)
         before = xs.metrics()["executions"]
         step(x, y)
-        in_steps += xs.metrics()["executions"] - before if i >= 4 else 0
-        sched.step()  # fills the lr scalar in place: pending until the next call
-    assert in_steps == 4  # one program per step: the fill does not run on its own
+        sched.step()  # Python floats: no device work of its own
+        programs += xs.metrics()["executions"] - before if i >= 4 else 0
+    assert programs == 4  # one program per step
+
+
+def test_between_calls_the_lr_is_the_users_number_and_its_history_is_cpus():
+    def adam(p):
+        return torch.optim.Adam(p, lr=0.05)
+
+    histories = []
+    for device, compiled in (("cpu", False), (DEVICE, True)):
+        model = mlp(device)
+        opt = adam(model.parameters())
+        sched = torch.optim.lr_scheduler.StepLR(opt, step_size=1, gamma=0.5)
+        step = train_step(model, opt)
+        step = xs.compile(step) if compiled else step
+        history = []
+        for x, y in batches(5):
+            step(*((x, y) if device == "cpu" else on_device(x, y)))
+            sched.step()
+            history.append(opt.param_groups[0]["lr"])  # kept: a snapshot on CPU
+        histories.append(history)
+    assert all(type(lr) is float for lr in histories[1])
+    assert histories[1] == histories[0]
 
 
 def test_a_hand_set_float_lr_is_used_by_the_next_call():

@@ -70,6 +70,9 @@ class CompiledStep:
         self._plans = LRU(cache_size)
         self._calls = 0
         self._last: Plan | None = None
+        # The optimizers of every plan captured: a call lends their groups device
+        # learning rates and gives the users' own back at its end (``optim.give_back``).
+        self._lenders: list = []
         self._warned_autograd = False
         functools.update_wrapper(self, fn)
 
@@ -91,6 +94,7 @@ class CompiledStep:
                         view.copy_(copy)
             return result
         finally:
+            optim.give_back(self._lenders)
             if collecting:
                 gc.enable()
 
@@ -124,6 +128,8 @@ class CompiledStep:
     def _capture(self, key, old: Plan | None, args, kwargs, tensors) -> Any:
         result, captured, undo = capture(self.fn, args, kwargs, tensors)
         watched = result
+        self._lenders += [o for o in captured.optimizers
+                          if not any(o is known for known in self._lenders)]
         COUNTERS["step_captures"] += 1
         # A module compiled the way ``torch.compile(model)`` is used: the caller means to
         # call backward on its results (a function's forward-only use is left alone).

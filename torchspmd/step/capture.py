@@ -101,8 +101,18 @@ def capture(fn, args: tuple, kwargs: dict,
     """Run ``fn`` once, recording it; its result, what it read and wrote, and how to undo
     its writes."""
     sync()  # every live tensor now holds data: what the step reads are data leaves
-    before = find_places(fn, args, kwargs)
-    optim.prepare(before.optimizers, capturing=True)
+    lenders = find_places(fn, args, kwargs).optimizers
+    optim.prepare(lenders, capturing=True)
+    try:
+        return _recorded(fn, args, kwargs, tensors)
+    except BaseException:
+        optim.give_back(lenders)  # the caller gives them back after a capture that ran
+        raise
+
+
+def _recorded(fn, args: tuple, kwargs: dict,
+              tensors: list[SpmdTensor]) -> tuple[object, Captured, Undo]:
+    """:func:`capture` once its optimizers are prepared."""
     sync()
     before = find_places(fn, args, kwargs)
     _upload_host_data(before)

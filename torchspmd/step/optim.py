@@ -2,10 +2,11 @@
 
 ``torch.optim`` defaults keep Adam's step counter on the CPU and read it with ``.item()``,
 a host read a compiled step cannot do. With ``capturable=True`` (which PyTorch offers for
-exactly this: CUDA graphs) the counter lives on the device. A learning rate held as a
-0-d device tensor is filled in place by ``torch.optim.lr_scheduler`` (PyTorch's
-schedulers ``fill_`` tensor learning rates), so a schedule changes a program *input*:
-no re-capture and no recompile.
+exactly this: CUDA graphs) the counter lives on the device. Adam's learning rate is a
+0-d device tensor while a call runs: :func:`prepare` writes the group's float into it
+and lends it to the group, :func:`give_back` puts the float back when the call is over,
+so a schedule changes a program *input* (no re-capture, no recompile) while between
+calls the group holds the user's number, as on CPU.
 
 Optimizers that take a tensor learning rate only through a host read (``SGD``'s
 ``alpha=-lr``) keep Python numbers; :func:`hyperparameters` lists them, and a change
@@ -22,11 +23,14 @@ loads them as they are, and a capturable one as float32.
 
 Example::
 
-    prepare([opt])         # Adam: capturable, lr a device scalar; Adagrad: step on the device
+    prepare([opt])         # Adam: capturable, lr lent a device scalar; Adagrad: step on device
+    give_back([opt])       # after the call: the group's own float lr again
     hyperparameters([opt]) # ((0, "momentum", 0.9), ...) for the others
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 import numpy as np
 import torch
@@ -113,30 +117,59 @@ def _count_dtype_on_init(opt) -> None:
     opt.__dict__["_init_group"] = _init_group
 
 
+@dataclass
+class _LentLr:
+    """A param group's device learning rate, lent to the group during compiled calls."""
+
+    group: dict
+    scalar: torch.Tensor
+    own: object = None  # the group's own lr (a float) while lent; None for a user's scalar
+    value: tuple | None = None  # the scalar's graph value when ``own`` was written into it
+
+
 def _lr_on_device(opt, group) -> None:
-    """``group['lr']`` as a device scalar; a float set by hand is written into it."""
-    # id(group) -> (group, its scalar): the entry holds the group, so its id cannot be
-    # reused by another group (``load_state_dict`` makes new ones) while the entry lives.
+    """Lend ``group`` a device scalar holding its ``lr`` (see :func:`give_back`)."""
+    # id(group) -> its _LentLr: the entry holds the group, so its id cannot be reused by
+    # another group (``load_state_dict`` makes new ones) while the entry lives.
     owned = opt.__dict__.setdefault("_torchspmd_lr", {})
     lr = group["lr"]
     entry = owned.get(id(group))
-    scalar = entry[1] if entry is not None and entry[0] is group else None
-    if isinstance(lr, torch.Tensor) and lr is scalar:
+    if entry is not None and entry.group is not group:
+        entry = None
+    if entry is not None and lr is entry.scalar:
         return
     if isinstance(lr, torch.Tensor) and lr.device == DEVICE:
-        owned[id(group)] = (group, lr)  # the user's own device scalar: schedulers fill it
+        owned[id(group)] = _LentLr(group, lr)  # the user's own device scalar: theirs to fill
         return
     value = float(lr)
-    if scalar is None:
-        for key in [k for k, (g, _) in owned.items()
-                    if not any(g is current for current in opt.param_groups)]:
+    if entry is None:
+        for key in [k for k, e in owned.items()
+                    if not any(e.group is current for current in opt.param_groups)]:
             del owned[key]  # groups the optimizer dropped
-        scalar = torch.tensor(value, dtype=torch.float64, device=DEVICE)
-        owned[id(group)] = (group, scalar)
-    else:  # new host data for the same tensor: an upload, not a program run
+        entry = owned[id(group)] = _LentLr(
+            group, torch.tensor(value, dtype=torch.float64, device=DEVICE))
+    elif entry.own is None or value != float(entry.own) or (
+            entry.scalar.handle.storage.value is not entry.value):
+        # New host data for the same tensor: an upload, not a program run.
         host = np.array(value, dtype=np.float64)
-        scalar.handle.storage.set(new_leaf(scalar.handle.meta, host=host))
-    group["lr"] = scalar
+        entry.scalar.handle.storage.set(new_leaf(entry.scalar.handle.meta, host=host))
+    entry.own, entry.value = lr, entry.scalar.handle.storage.value
+    group["lr"] = entry.scalar
+
+
+def give_back(optimizers: list[torch.optim.Optimizer]) -> None:
+    """Put each group's own learning rate back where :func:`prepare` lent it a device
+    scalar, once a compiled call is over: between calls ``group["lr"]`` is the user's
+    float, as on CPU (a list of ``group["lr"]`` read after each call is the schedule's
+    history, not N references to one tensor that the next call refills), and schedulers
+    compute in Python floats.
+
+    Example: ``prepare([opt]); step(); give_back([opt])``.
+    """
+    for opt in optimizers:
+        for entry in opt.__dict__.get("_torchspmd_lr", {}).values():
+            if entry.own is not None and entry.group.get("lr") is entry.scalar:
+                entry.group["lr"] = entry.own
 
 
 def _portable_state_dict(opt, state_dict: dict) -> dict:

@@ -154,7 +154,7 @@ class Plan:
         with the same parameters, each CPU tensor it took data from unchanged, each Python
         number it could read (a module's attribute, a global) the same, and the same
         ``torch.set_float32_matmul_precision`` (else the step must be captured again)."""
-        optim.prepare(self.captured.optimizers)  # a float lr set by hand -> device scalar
+        optim.prepare(self.captured.optimizers)  # Adam's float lr lent a device scalar
         if matmul_precision_setting() != self.key[-1]:  # the graph key's last item
             return False  # torch.set_float32_matmul_precision changed since the capture
         reads = self.reads
