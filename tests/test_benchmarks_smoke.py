@@ -92,3 +92,12 @@ def test_host_floor_benchmark_prints_every_floor_next_to_jax():
     assert proc.returncode == 0, out + proc.stderr
     assert "mlp d16 L1" in out, out
     assert "worst: dispatch " in out and "compiled floor " in out, out
+
+
+def test_launch_phases_benchmark_runs():
+    proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "launch_phases.py"),
+                           "--point", "mlp:16:1", "--steps", "4", "--warmup", "3"],
+                          cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    for phase in ("before the call", "the XLA call", "after it", "whole launch", "JAX host"):
+        assert phase in proc.stdout, proc.stdout
