@@ -49,3 +49,14 @@ def test_a_learning_rate_held_as_a_device_scalar_logs_as_a_number():
     lr = opt.param_groups[0]["lr"]
     assert f"lr {lr:.1e}" == "lr 3.0e-04"
     assert float(lr) == pytest.approx(3e-4)
+
+
+@pytest.mark.parametrize("consumer", ["torch.from_dlpack", "numpy", "jax"])
+def test_dlpack_is_refused_with_the_way_to_run_jax_on_the_tensor(consumer):
+    import jax
+    import numpy as np
+
+    take = {"torch.from_dlpack": torch.from_dlpack, "numpy": np.from_dlpack,
+            "jax": jax.dlpack.from_dlpack}[consumer]
+    with pytest.raises(TypeError, match="call_jax"):
+        take(torch.ones(3, device=DEVICE))

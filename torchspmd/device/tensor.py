@@ -39,6 +39,12 @@ def check_device_index(device) -> None:
             f"choose physical devices with a Mesh and mark_sharding(t, mesh, spec).")
 
 
+_NO_DLPACK = (
+    "torchspmd: an spmd tensor cannot be shared through DLPack: its data is a JAX array "
+    "laid out over the mesh's devices, with no single buffer to point at. To run JAX code "
+    "on it use torchspmd.call_jax(fn, t); to read it, t.cpu().")
+
+
 class StorageKey(torch.UntypedStorage):
     """What ``t.untyped_storage()`` is for an spmd tensor: the data lives on the devices, so
     there is nothing to point at on the host, but ``data_ptr()`` is the same number for
@@ -207,6 +213,12 @@ class SpmdTensor(torch.Tensor):
     def numpy(self, *, force: bool = False):
         raise TypeError(f"can't convert {self.device} device type tensor to numpy. "
                         "Use Tensor.cpu() to copy the tensor to host memory first.")
+
+    def __dlpack__(self, *args, **kwargs):
+        raise TypeError(_NO_DLPACK)
+
+    def __dlpack_device__(self):
+        raise TypeError(_NO_DLPACK)
 
     def __reduce_ex__(self, protocol):
         # torch.save and pickle store a CPU copy, as the issue asks.
