@@ -1,5 +1,7 @@
 """Factory, fill and copy lowerings against CPU PyTorch."""
 
+import warnings
+
 import jax
 import jax.numpy as jnp
 import pytest
@@ -98,3 +100,34 @@ def test_scalar_may_be_a_traced_array(op, args):
     meta = jax.ShapeDtypeStruct((2, 2) if op is not aten.arange.start_step else (4,), jnp.float32)
     out = jax.jit(lambda v: LOWERINGS[op](meta, *args(v)))(jnp.asarray(2.0))
     assert out.dtype == jnp.float32 and float(out.max()) == (2.0 if op is not aten.arange.start_step else 8.0)
+
+
+@pytest.mark.parametrize("args", [(8,), (9, False), (7, True, 5.0), (1,), (0,), (12, False, 0.0)],
+                         ids=str)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=str)
+def test_kaiser_window_matches_cpu(args, dtype):
+    # It reached PyTorch's CPU-only dispatch stub as an internal assertion before.
+    expected = torch.kaiser_window(*args, dtype=dtype)
+    got = torch.kaiser_window(*args, dtype=dtype, device="spmd").cpu()
+    torch.testing.assert_close(got, expected)
+
+
+@pytest.mark.parametrize("n", [1, 2, 7, 8])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16], ids=str)
+def test_fft_sample_frequencies_match_cpu(n, dtype):
+    # PyTorch writes fftfreq's negative half into a slice in place: it raised a storage
+    # error on the spmd device before it had a lowering.
+    for f in (torch.fft.fftfreq, torch.fft.rfftfreq):
+        expected = f(n, 0.1, dtype=dtype)
+        assert torch.equal(f(n, 0.1, dtype=dtype, device="spmd").cpu(), expected)
+
+
+def test_deprecated_range_includes_its_end_as_on_cpu():
+    # One after the other: the length comes from the numbers, which must key the program
+    # (a second range of another length reused the first one's shape before).
+    for args in [(0, 1, 0.25), (1, 4), (-1, 1, 0.3), (5, -5, -0.7)]:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", UserWarning)  # torch.range is deprecated
+            expected, got = torch.range(*args), torch.range(*args, device="spmd")
+        assert got.shape == expected.shape, args
+        assert torch.equal(got.cpu(), expected), args

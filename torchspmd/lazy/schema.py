@@ -24,7 +24,8 @@ _HOST_TENSORS = {("_ctc_loss", "input_lengths"), ("_ctc_loss", "target_lengths")
                  ("_ctc_loss_backward", "input_lengths"), ("_ctc_loss_backward", "target_lengths")}
 
 # Scalars that decide output shapes must stay static.
-_SHAPE_SCALAR_OPS = {"arange", "linspace", "logspace", "randint", "randint_like", "randperm"}
+_SHAPE_SCALAR_OPS = {"arange", "range", "linspace", "logspace", "randint", "randint_like",
+                     "randperm"}
 
 # A power's exponent: static when it is one XLA and PyTorch compute otherwise than a
 # general power (``x ** 2`` as ``x * x``, ``x ** 0.5`` as a square root), a graph input

@@ -7,10 +7,11 @@ memory does not exist in a JAX program: ``empty*`` produce zeros.
 """
 
 import jax.numpy as jnp
+from jax.scipy.special import i0
 import numpy as np
 from torch import ops
 
-from torchspmd.lowering._common import cast
+from torchspmd.lowering._common import cast, opmath
 from torchspmd.lowering.registry import lowers
 
 aten = ops.aten
@@ -82,6 +83,12 @@ def arange_start_step(meta, start, end, step=1, **_kwargs):
     return _arange(meta, start, step)
 
 
+@lowers(aten.range.step, aten.range.default)
+def range_(meta, start, end, step=1, **_kwargs):
+    """``torch.range`` (deprecated, ``end`` included): its length comes with ``meta``."""
+    return _arange(meta, start, step)
+
+
 def _linspace(meta, start, end, steps: int):
     """PyTorch's symmetric linspace: the first half steps up from ``start``, the second half
     down from ``end``, in float64. Integer results take integer ``start``/``end`` first."""
@@ -125,3 +132,39 @@ def tril_indices(meta, row, col, offset=0, **_kwargs):
 @lowers(aten.triu_indices.default)
 def triu_indices(meta, row, col, offset=0, **_kwargs):
     return jnp.asarray(np.stack(np.triu_indices(row, offset, col)).reshape(meta.shape), meta.dtype)
+
+
+# ---------------------------------------------------------------- windows
+@lowers(aten.kaiser_window.default, aten.kaiser_window.periodic, aten.kaiser_window.beta)
+def kaiser_window(meta, window_length, periodic=True, beta=12.0, **_kwargs):
+    """PyTorch's Kaiser window, ``I0(beta * sqrt(1 - ((n - a) / a)^2)) / I0(beta)`` with
+    ``a = (N - 1) / 2`` over one more point when periodic, in float64. (PyTorch computes
+    it in a CPU kernel its other windows do not need: without this lowering it reached
+    PyTorch's dispatch stub, which has no spmd kernel, as an internal assertion.)"""
+    n = window_length + (1 if periodic and window_length > 1 else 0)
+    if n <= 1:
+        return jnp.ones((n,), meta.dtype)
+    a = (n - 1) / 2.0
+    ratio = (jnp.arange(n, dtype=jnp.float64) - a) / a
+    window = i0(beta * jnp.sqrt(jnp.abs(1 - ratio * ratio))) / i0(jnp.float64(beta))
+    return window[: meta.shape[0]].astype(meta.dtype)
+
+
+# ---------------------------------------------------------------- FFT sample frequencies
+def _frequencies(meta, index, n: int, d: float):
+    """``index / (d * n)`` as PyTorch computes it (multiplied by ``1 / (n * d)`` in the
+    result's compute type). Lowered because PyTorch writes the negative half in place
+    into a slice of a new tensor, which an spmd tensor without storage refused."""
+    compute = opmath(meta.dtype)
+    return (index.astype(compute) * jnp.asarray(1.0 / (n * d), compute)).astype(meta.dtype)
+
+
+@lowers(aten.fft_fftfreq.default)
+def fft_fftfreq(meta, n, d=1.0, **_kwargs):
+    index = jnp.concatenate([jnp.arange((n + 1) // 2), jnp.arange(-(n // 2), 0)])
+    return _frequencies(meta, index, n, d)
+
+
+@lowers(aten.fft_rfftfreq.default)
+def fft_rfftfreq(meta, n, d=1.0, **_kwargs):
+    return _frequencies(meta, jnp.arange(n // 2 + 1), n, d)
