@@ -157,6 +157,16 @@ def _is_pinned(t, device=None) -> bool:
     return False
 
 
+def _nested_tensor_from_mask_left_aligned(t, mask) -> bool:
+    """Always False: ``nn.TransformerEncoder`` asks this in eval with a padding mask to
+    pick its nested-tensor path, which the spmd device does not have (nested tensors
+    have no XLA layout). Answered without reading the mask, the encoder runs its
+    layers on the padded batch, as on a device outside PyTorch's fast-path list
+    (PyTorch/XLA's): the same values at the real positions; the padded positions hold
+    computed values where the nested path gives zeros (``docs/limits.md``)."""
+    return False
+
+
 IMMEDIATE = {
     aten.is_pinned.default: _is_pinned,
     aten.set_.source_Tensor: _set_,
@@ -169,6 +179,7 @@ IMMEDIATE = {
     aten._copy_from.default: _copy_from,
     aten._local_scalar_dense.default: _local_scalar_dense,
     aten.equal.default: _equal,
+    aten._nested_tensor_from_mask_left_aligned.default: _nested_tensor_from_mask_left_aligned,
     aten.allclose.default: _allclose,
     aten.lift_fresh.default: _lift_fresh,
     aten.clone.default: _clone,
