@@ -26,7 +26,7 @@ def _full(meta, value):
 @lowers(aten.zeros.default, aten.empty.memory_format, aten.empty_strided.default,
         aten.empty_permuted.default, aten.zeros_like.default, aten.empty_like.default,
         aten.new_zeros.default, aten.new_empty.default, aten.new_empty_strided.default,
-        aten.zero.default)
+        aten.zero.default, aten._efficientzerotensor.default)  # (last: torch.func's hessian)
 def zeros(meta, *_args, **_kwargs):
     return jnp.zeros(meta.shape, meta.dtype)
 
