@@ -180,6 +180,10 @@ def register() -> None:
     _LIBRARY.impl("empty.memory_format", _empty, "PrivateUse1")
     _LIBRARY.impl("empty_strided", _empty_strided, "PrivateUse1")
     _LIBRARY.impl("_copy_from", _copy_from, "PrivateUse1")
+    # A sparse layout on the device (``torch.sparse_coo_tensor(size, device="spmd")``)
+    # reaches SparsePrivateUse1, which has no kernels: PyTorch's dispatcher error named
+    # a "Sparsespmd backend".
+    _SPARSE.fallback(_refuse_sparse, "SparsePrivateUse1")
     # ``torch.tensor([loss, loss])`` reads each element in C++ with the Python key
     # excluded: it reaches the backend kernel, not __torch_dispatch__.
     _LIBRARY.impl("_local_scalar_dense", _local_scalar_dense, "PrivateUse1")
@@ -192,6 +196,16 @@ def register() -> None:
     foreach_types = torch_optimizer._foreach_supported_types
     if SpmdTensor not in foreach_types:
         foreach_types.append(SpmdTensor)
+
+
+_SPARSE = torch.library.Library("_", "IMPL")  # the sparse layout's fallback (``register``)
+
+
+def _refuse_sparse(op, *args, **kwargs):
+    raise NotImplementedError(
+        f"torchspmd: {op} was asked for a sparse tensor on the spmd device, which holds "
+        "dense tensors only. Use dense ones (layout=torch.strided, t.to_dense() on the CPU "
+        "first).")
 
 
 _ALIASES: dict[str, torch.library.Library] = {}  # dispatch key -> its registrations
