@@ -87,12 +87,3 @@ def test_embedding_with_sparse_gradients_is_refused_naming_the_dense_alternative
         table(indices[:4].to("spmd")).sum().backward()
         table.weight.grad.cpu()
 
-
-@pytest.mark.parametrize("make", [
-    lambda: torch.sparse_coo_tensor((2, 3), device="spmd"),
-    lambda: torch.zeros(2, 3, device="spmd", layout=torch.sparse_coo),
-], ids=["sparse_coo_tensor", "zeros(layout=sparse_coo)"])
-def test_a_sparse_layout_on_the_device_is_refused_by_name(make):
-    # Before: PyTorch's dispatcher error about a "Sparsespmd" backend.
-    with pytest.raises(NotImplementedError, match="dense tensors only"):
-        make()

@@ -7,6 +7,7 @@ every other op reaches ``SpmdTensor.__torch_dispatch__``.
 from __future__ import annotations
 
 import contextlib
+import functools
 import types
 
 import torch
@@ -180,10 +181,11 @@ def register() -> None:
     _LIBRARY.impl("empty.memory_format", _empty, "PrivateUse1")
     _LIBRARY.impl("empty_strided", _empty_strided, "PrivateUse1")
     _LIBRARY.impl("_copy_from", _copy_from, "PrivateUse1")
-    # A sparse layout on the device (``torch.sparse_coo_tensor(size, device="spmd")``)
-    # reaches SparsePrivateUse1, which has no kernels: PyTorch's dispatcher error named
-    # a "Sparsespmd backend".
-    _SPARSE.fallback(_refuse_sparse, "SparsePrivateUse1")
+    # A sparse, nested or quantized tensor on the device (``torch.sparse_coo_tensor(size,
+    # device="spmd")``) reaches a dispatch key with no kernels: PyTorch's dispatcher
+    # error named a "Sparsespmd backend".
+    for key, kind in _OTHER_LAYOUTS.items():
+        _OTHER_LAYOUT_KEYS.fallback(functools.partial(_refuse_layout, kind), key)
     # ``torch.tensor([loss, loss])`` reads each element in C++ with the Python key
     # excluded: it reaches the backend kernel, not __torch_dispatch__.
     _LIBRARY.impl("_local_scalar_dense", _local_scalar_dense, "PrivateUse1")
@@ -198,14 +200,18 @@ def register() -> None:
         foreach_types.append(SpmdTensor)
 
 
-_SPARSE = torch.library.Library("_", "IMPL")  # the sparse layout's fallback (``register``)
+# Tensor kinds the spmd device does not hold, by the dispatch key they reach (``register``).
+_OTHER_LAYOUTS = {"SparsePrivateUse1": "a sparse", "NestedTensorPrivateUse1": "a nested",
+                  "QuantizedPrivateUse1": "a quantized"}
+_OTHER_LAYOUT_KEYS = torch.library.Library("_", "IMPL")
 
 
-def _refuse_sparse(op, *args, **kwargs):
+def _refuse_layout(kind: str, op, *args, **kwargs):
     raise NotImplementedError(
-        f"torchspmd: {op} was asked for a sparse tensor on the spmd device, which holds "
-        "dense tensors only. Use dense ones (layout=torch.strided, t.to_dense() on the CPU "
-        "first).")
+        f"torchspmd: {op} was asked for {kind} tensor on the spmd device, which holds "
+        "dense tensors only. Use dense ones (sparse: layout=torch.strided or t.to_dense(); "
+        "nested: a padded tensor and a mask; quantized: a float dtype), or keep that "
+        "tensor on the CPU.")
 
 
 _ALIASES: dict[str, torch.library.Library] = {}  # dispatch key -> its registrations
