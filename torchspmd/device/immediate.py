@@ -15,7 +15,7 @@ from __future__ import annotations
 import torch
 
 from torchspmd.device import resize
-from torchspmd.device.aten_calls import host_value, record_call, wrap_outputs
+from torchspmd.device.aten_calls import host_value, record_call, wrap_outputs, wrap_views
 from torchspmd.device.dispatch import _assign, register_handler
 from torchspmd.device.host import to_cpu
 from torchspmd.device.tensor import SpmdTensor, check_device_index
@@ -25,7 +25,8 @@ from torchspmd.lazy.node import Node, TensorMeta
 from torchspmd.lazy import provenance
 from torchspmd.lazy.provenance import refuse_host_read
 from torchspmd.lazy.record import record_unary
-from torchspmd.lazy.views import OVERLAP_MESSAGE, copy_reads_overwritten
+from torchspmd.lazy.views import OVERLAP_MESSAGE, copy_reads_overwritten, memory_order
+from torchspmd.lazy.views import storage_offset as storage_offset_of
 from torchspmd.lowering.annotation_ops import SHARDING_CONSTRAINT
 
 aten = torch.ops.aten
@@ -157,6 +158,42 @@ def _is_pinned(t, device=None) -> bool:
     return False
 
 
+def _as_strided(t, size, stride, storage_offset=None):
+    """``as_strided`` reads ``t``'s *storage* in memory order, whatever view ``t`` is.
+
+    The lowering gathers from its input's elements in row-major order, which is the
+    storage's memory only for a base laid out row-major. Any other input (a view such as
+    ``x.t()`` or ``x[1:]``, a channels-last or ``empty_like(x.t())`` storage) is first
+    replaced by its whole storage, permuted into memory order, with the view's own
+    offset as the default offset (before, ``x.t().as_strided(...)`` read the transposed
+    values as if they were memory)."""
+    handle = t._h
+    meta = handle.storage.meta
+    order = memory_order(meta)
+    if not handle.whole or order != sorted(order or ()):
+        if order is None:
+            raise NotImplementedError(
+                "torchspmd: as_strided of a tensor whose storage has gaps or overlapping "
+                "elements is not supported; call it on a .contiguous() copy")
+        own = storage_offset_of(meta, handle.view)
+        if storage_offset is None:
+            storage_offset = own
+        elif own and t.requires_grad:
+            # Autograd's as_strided backward reads the input's offset from PyTorch's own
+            # record of the tensor, which is 0 for spmd views: its gradient would land
+            # ``own`` elements off.
+            raise NotImplementedError(
+                f"torchspmd: as_strided with an explicit storage_offset of a view that "
+                f"starts {own} elements into its storage, with autograd, is not supported: "
+                "call it on the base tensor (the offset is relative to the storage either "
+                "way), or leave storage_offset out")
+        t = SpmdTensor(Handle(handle.storage, meta, ()))  # the storage itself
+        if order != sorted(order):
+            t = aten.permute.default(t, order)
+    args = (t, list(size), list(stride), storage_offset)
+    return wrap_views(aten.as_strided.default, args, record_call(aten.as_strided.default, args, {}))
+
+
 def _nested_tensor_from_mask_left_aligned(t, mask) -> bool:
     """Always False: ``nn.TransformerEncoder`` asks this in eval with a padding mask to
     pick its nested-tensor path, which the spmd device does not have (nested tensors
@@ -179,6 +216,7 @@ IMMEDIATE = {
     aten._copy_from.default: _copy_from,
     aten._local_scalar_dense.default: _local_scalar_dense,
     aten.equal.default: _equal,
+    aten.as_strided.default: _as_strided,
     aten._nested_tensor_from_mask_left_aligned.default: _nested_tensor_from_mask_left_aligned,
     aten.allclose.default: _allclose,
     aten.lift_fresh.default: _lift_fresh,

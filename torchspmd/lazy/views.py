@@ -143,8 +143,8 @@ def _strided_write(storage, steps: tuple, value: tuple[Node, int]) -> tuple[Node
             "to a single memory location. Please clone() the tensor before performing the "
             "operation.")
     base, meta = storage.value, storage.meta
-    order = sorted(range(len(meta.shape)), key=lambda d: -meta.stride[d])
-    if _overlaps(meta.shape, meta.stride) or not _dense(meta):
+    order = memory_order(meta)
+    if order is None:
         raise NotImplementedError(
             "torchspmd: writing through this view of a tensor whose memory has gaps is not "
             "supported; clone() the view, modify the clone, and copy_() it back.")
@@ -274,6 +274,16 @@ def _located(base_meta: TensorMeta, steps: tuple) -> tuple[tuple, tuple, int]:
         out = step.op(t, *step.args)
         t = out[step.index] if isinstance(out, (list, tuple)) else out
     return tuple(t.shape), tuple(t.stride()), t.storage_offset()
+
+
+def memory_order(meta: TensorMeta) -> list[int] | None:
+    """The dims of a storage laid out as ``meta``, from the largest stride to the smallest
+    (its memory order: a permute by it puts the elements in memory order), or None if
+    its memory has gaps or overlaps. ``[0, 1]`` for a row-major matrix, ``[0, 2, 3, 1]``
+    for a channels-last image batch."""
+    if _overlaps(meta.shape, meta.stride) or not _dense(meta):
+        return None
+    return sorted(range(len(meta.shape)), key=lambda d: -meta.stride[d])
 
 
 def _dense(meta: TensorMeta) -> bool:
