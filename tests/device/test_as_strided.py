@@ -58,3 +58,32 @@ def test_an_explicit_offset_into_an_offset_view_with_autograd_is_refused():
     leaf = base("spmd").requires_grad_()
     with pytest.raises(NotImplementedError, match="storage_offset"):
         (leaf * 1)[1:].as_strided((2, 2), (1, 4), 1)
+
+
+@pytest.mark.parametrize("view", ["base", "transpose", "channels last"])
+def test_as_strided_in_place_makes_the_tensor_that_view_of_its_storage(view):
+    def reshape_in_place(x):
+        layouts = {"base": x.clone(), "transpose": x.t().clone(),
+                   "channels last": x.reshape(1, 3, 2, 2).contiguous(
+                       memory_format=torch.channels_last)}
+        y = layouts[view]
+        y.as_strided_((2, 2), (1, 4), 1)
+        return y.add_(100)
+
+    got = reshape_in_place(base("spmd"))
+    expected = reshape_in_place(base())
+    assert got.stride() == expected.stride()
+    assert torch.equal(got.cpu(), expected)
+
+
+def test_as_strided_scatter_into_a_row_major_tensor_matches_cpu():
+    src = -torch.ones(2, 2)
+    expected = torch.as_strided_scatter(base(), src, (2, 2), (1, 4), 1)
+    got = torch.as_strided_scatter(base("spmd"), src.to("spmd"), (2, 2), (1, 4), 1)
+    assert torch.equal(got.cpu(), expected)
+
+
+def test_as_strided_scatter_into_another_layout_is_refused():
+    with pytest.raises(NotImplementedError, match="contiguous"):
+        torch.as_strided_scatter(base("spmd").t(), -torch.ones(2, 2, device="spmd"),
+                                 (2, 2), (1, 4), 1)

@@ -194,6 +194,31 @@ def _as_strided(t, size, stride, storage_offset=None):
     return wrap_views(aten.as_strided.default, args, record_call(aten.as_strided.default, args, {}))
 
 
+def _as_strided_(t, size, stride, storage_offset=None):
+    """``t.as_strided_(...)``: ``t`` itself becomes that view of its storage (see
+    :func:`_as_strided`)."""
+    view = _as_strided(t, size, stride, storage_offset)
+    t._h = view._h
+    with torch._C._DisableTorchDispatch():
+        torch.ops.aten.as_strided_.default(t, view.shape, view.stride())
+    return t
+
+
+def _as_strided_scatter(t, src, size, stride, storage_offset=None):
+    """The lowering scatters into ``t``'s elements in row-major order, which is the
+    memory PyTorch scatters into (a copy of ``t`` laid out as ``t``) only when ``t`` is
+    row-major: refuse the others rather than scatter elsewhere."""
+    meta = t._h.meta
+    order = memory_order(meta)
+    if order is not None and order != sorted(order):
+        raise NotImplementedError(
+            "torchspmd: as_strided_scatter into a tensor laid out other than row-major "
+            f"(strides {tuple(meta.stride)}) is not supported: call it on input.contiguous()")
+    args = (t, src, list(size), list(stride), storage_offset)
+    return wrap_outputs(aten.as_strided_scatter.default,
+                        record_call(aten.as_strided_scatter.default, args, {}))
+
+
 def _nested_tensor_from_mask_left_aligned(t, mask) -> bool:
     """Always False: ``nn.TransformerEncoder`` asks this in eval with a padding mask to
     pick its nested-tensor path, which the spmd device does not have (nested tensors
@@ -217,6 +242,8 @@ IMMEDIATE = {
     aten._local_scalar_dense.default: _local_scalar_dense,
     aten.equal.default: _equal,
     aten.as_strided.default: _as_strided,
+    aten.as_strided_.default: _as_strided_,
+    aten.as_strided_scatter.default: _as_strided_scatter,
     aten._nested_tensor_from_mask_left_aligned.default: _nested_tensor_from_mask_left_aligned,
     aten.allclose.default: _allclose,
     aten.lift_fresh.default: _lift_fresh,
