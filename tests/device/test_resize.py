@@ -44,3 +44,16 @@ def test_resize_of_a_non_contiguous_tensor_raises_naming_the_fix():
     t = torch.arange(6.0).reshape(2, 3).to("spmd").t()
     with pytest.raises(NotImplementedError, match="contiguous"):
         t.resize_(6)
+
+
+def test_growing_any_tensor_keeps_its_values_and_identity():
+    # A tensor an op made (not an ``empty``) has a placeholder storage of its own size:
+    # growing it raised PyTorch's "out of bounds for storage" error before.
+    x = torch.arange(12.0).reshape(3, 4)
+    t = x.to("spmd") * 1
+    same = id(t)
+    t.resize_(4, 4)
+    assert id(t) == same and t.shape == (4, 4) and t.stride() == (4, 1)
+    assert torch.equal(t.cpu()[:3], x)
+    t.add_(1)
+    assert torch.equal(t.cpu()[:3], x + 1)

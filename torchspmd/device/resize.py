@@ -45,9 +45,15 @@ def fresh_storage(t: SpmdTensor, meta: TensorMeta) -> None:
 
 
 def _rebind(t: SpmdTensor, handle: Handle) -> None:
+    meta = handle.meta
+    if math.prod(meta.shape) * t.element_size() > torch.Tensor.untyped_storage(t).nbytes():
+        # PyTorch's placeholder storage behind the wrapper is as large as the tensor was
+        # made and cannot grow: take a placeholder of the new size (``.data``'s setter
+        # swaps it in, keeping the Python object and its autograd flags).
+        torch.Tensor.data.__set__(t, SpmdTensor(handle))
     t._h = handle
     with torch._C._DisableTorchDispatch():
-        torch.ops.aten.as_strided_.default(t, handle.meta.shape, handle.meta.stride)
+        torch.ops.aten.as_strided_.default(t, meta.shape, meta.stride)
 
 
 def resize_(t, size, memory_format=None):
