@@ -7,10 +7,14 @@
 - :func:`wrap_dim` / :func:`reduction_axes` normalize ``dim`` arguments.
 - :func:`result_type` is PyTorch's type promotion (tensors, 0-d tensors, Python scalars),
   for the few ops whose compute dtype is not their result dtype (comparisons).
+- :func:`centered_sums` is what every variance and normalization is computed from.
 """
+
+import math
 
 import jax.numpy as jnp
 import numpy as np
+from jax import lax
 import torch
 
 from torchspmd.lowering.dtypes import opmath, to_jax_dtype  # noqa: F401  (opmath: for the families)
@@ -134,3 +138,31 @@ def outputs_like_meta(meta, values):
     """
     return tuple(None if m is None else jnp.zeros(m.shape, m.dtype) if 0 in m.shape
                  else jnp.broadcast_to(v, m.shape).astype(m.dtype) for m, v in zip(meta, values))
+
+
+def centered_sums(x, axes: tuple[int, ...]):
+    """``(mean, d, s)`` of real ``x`` over ``axes``: the mean (axes kept), the sum of the
+    deviations from it and the sum of their squares (axes dropped), both in one reduce.
+
+    The variance is ``(s - d**2 / n) / (n - correction)`` (the corrected two-pass form):
+    the rounding error ``e`` of the mean adds ``n * e**2`` to ``s``, which ``d = n * e``
+    takes back out (float32 data with mean 1e4 and std 0.1 had its variance 1e-4 off,
+    relatively, without it; CPU PyTorch accumulates in float64). One variadic reduce for
+    both sums: XLA makes it one fusion, fewer than the mean of squares alone.
+
+    Example: ``mean, d, s = centered_sums(x, (1,))``.
+    """
+    mean = jnp.mean(x, axes, keepdims=True)
+    dev = x - mean
+    zero = jnp.zeros((), dev.dtype)
+    d, s = lax.reduce((dev, dev * dev), (zero, zero), _add_pairs, axes)
+    return mean, d, s
+
+
+def _add_pairs(a, b):
+    return a[0] + b[0], a[1] + b[1]
+
+
+def reduced_count(shape, axes: tuple[int, ...]) -> int:
+    """How many elements a reduction over ``axes`` of ``shape`` folds into one."""
+    return math.prod(shape[a] for a in axes)

@@ -11,6 +11,7 @@ import jax
 import jax.numpy as jnp
 from torch import ops
 
+from torchspmd.lowering._common import centered_sums, reduced_count
 from torchspmd.lowering._common import compute_in_opmath as _f, opmath
 from torchspmd.lowering._common import outputs_like_meta as _outs
 from torchspmd.lowering.registry import lowers
@@ -19,13 +20,13 @@ aten = ops.aten
 
 def moments(x, axes):
     """Mean and biased variance of ``x`` over ``axes`` (kept), in the corrected two-pass
-    form: the rounding error of the first mean comes back as the mean of the deviations,
-    which corrects both (data far from zero, mean 1e4 and std 0.1 in float32, had its
-    variance 1e-4 off, relatively, and its normalized values shifted by it)."""
-    mean = jnp.mean(x, axes, keepdims=True)
-    dev = x - mean
-    shift = jnp.mean(dev, axes, keepdims=True)
-    var = jnp.maximum(jnp.mean(jnp.square(dev), axes, keepdims=True) - jnp.square(shift), 0)
+    form (``_common.centered_sums``: data far from zero, mean 1e4 and std 0.1 in float32,
+    had its variance 1e-4 off, relatively, and its normalized values shifted by it)."""
+    axes = tuple(a % x.ndim for a in (axes if isinstance(axes, tuple) else (axes,)))
+    n = reduced_count(x.shape, axes)
+    mean, d, s = centered_sums(x, axes)
+    shift = jnp.expand_dims(d / n, axes)
+    var = jnp.maximum(jnp.expand_dims(s / n, axes) - jnp.square(shift), 0)
     return mean + shift, var
 
 

@@ -10,7 +10,8 @@ import torch
 from jax import lax
 from jax.nn import logsumexp as _jax_logsumexp
 
-from torchspmd.lowering._common import cast, is_complex, opmath, reduction_axes, wrap_dim
+from torchspmd.lowering._common import (cast, centered_sums, is_complex, opmath, reduced_count,
+                                         reduction_axes, wrap_dim)
 from torchspmd.lowering.registry import lowers
 
 aten = torch.ops.aten
@@ -119,24 +120,19 @@ def _var_mean(meta, x, dim, correction, keepdim):
     axes = reduction_axes(dim, x.ndim)
     # A complex input has a real variance (meta) but a complex mean: keep it complex.
     x = x if is_complex(x.dtype) else x.astype(opmath(meta.dtype))
-    n = 1
-    for a in axes:
-        n *= x.shape[a]
-    mean = jnp.mean(x, axis=axes, keepdims=True)
-    dev = x - mean
-    # The corrected two-pass form: the rounding error e of ``mean`` adds n*e^2 to the sum
-    # of squares, which the sum of the deviations (n*e) takes back out. Without it the
-    # variance of float32 data far from zero (mean 1e4, std 0.1) was 1e-4 off, relatively,
-    # where CPU PyTorch (accumulating in float64) is 1e-8 off.
-    shift = jnp.sum(dev, axis=axes, keepdims=True)
-    mean = mean + shift / n
-    if is_complex(dev.dtype):
-        sq = jnp.sum(jnp.square(jnp.abs(dev)), axis=axes, keepdims=True)
-        sq = sq - jnp.square(jnp.abs(shift)) / n
-    else:
-        sq = jnp.sum(jnp.square(dev), axis=axes, keepdims=True) - jnp.square(shift) / n
+    n = reduced_count(x.shape, axes)
+    if is_complex(x.dtype):  # |x - mean|^2 summed; the mean stays complex
+        mean = jnp.mean(x, axis=axes, keepdims=True)
+        dev = jnp.abs(x - mean)
+        shift = jnp.sum(x - mean, axis=axes, keepdims=True)
+        mean = mean + shift / n
+        sq = jnp.sum(jnp.square(dev), axis=axes) - jnp.squeeze(jnp.square(jnp.abs(shift)), axes) / n
+    else:  # the corrected two-pass form (``_common.centered_sums``)
+        mean, d, sq = centered_sums(x, axes)
+        mean = mean + jnp.expand_dims(d / n, axes)
+        sq = sq - jnp.square(d) / n
     sq = jnp.maximum(sq, 0)  # rounding may leave a constant input's -tiny: its std is 0
-    sq = sq if keepdim else jnp.squeeze(sq, axes)
+    sq = jnp.expand_dims(sq, axes) if keepdim else sq
     correction = 1 if correction is None else correction
     var = sq / jnp.maximum(n - cast(correction, sq.dtype), 0)
     return var, (mean if keepdim else jnp.squeeze(mean, axes))
