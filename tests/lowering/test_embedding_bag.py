@@ -86,4 +86,3 @@ def test_embedding_with_sparse_gradients_is_refused_naming_the_dense_alternative
     with pytest.raises(NotImplementedError, match=r"dense tensors only.*sparse=False"):
         table(indices[:4].to("spmd")).sum().backward()
         table.weight.grad.cpu()
-

@@ -171,3 +171,16 @@ def test_a_hyperparameter_set_inside_the_step_is_refused_by_name():
     with pytest.raises(xs.step.HostStateError, match=r"changed its optimizer's 'momentum' in "
                                                      r"param group 0 \(0.9 -> 0.5\)"):
         step(*on_device(*batches(1)[0]))
+
+
+def test_a_float_set_in_place_of_the_users_device_lr_leaves_that_tensor_alone():
+    model = mlp(DEVICE)
+    mine = torch.tensor(0.05, device=DEVICE)
+    opt = torch.optim.Adam(model.parameters(), lr=mine)
+    step = xs.compile(train_step(model, opt))
+    for i, (x, y) in enumerate(batches(4)):
+        if i == 2:
+            opt.param_groups[0]["lr"] = 0.01
+        step(*on_device(x, y))
+    assert mine.item() == pytest.approx(0.05)
+    assert opt.param_groups[0]["lr"] == 0.01

@@ -142,14 +142,13 @@ def _lr_on_device(opt, group) -> None:
         owned[id(group)] = _LentLr(group, lr)  # the user's own device scalar: theirs to fill
         return
     value = float(lr)
-    if entry is None:
+    if entry is None or entry.own is None:  # (never write into a user's own scalar)
         for key in [k for k, e in owned.items()
                     if not any(e.group is current for current in opt.param_groups)]:
             del owned[key]  # groups the optimizer dropped
         entry = owned[id(group)] = _LentLr(
             group, torch.tensor(value, dtype=torch.float64, device=DEVICE))
-    elif entry.own is None or value != float(entry.own) or (
-            entry.scalar.handle.storage.value is not entry.value):
+    elif value != float(entry.own) or entry.scalar.handle.storage.value is not entry.value:
         # New host data for the same tensor: an upload, not a program run.
         host = np.array(value, dtype=np.float64)
         entry.scalar.handle.storage.set(new_leaf(entry.scalar.handle.meta, host=host))
