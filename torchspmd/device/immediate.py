@@ -170,7 +170,8 @@ def _as_strided(t, size, stride, storage_offset=None):
     handle = t._h
     meta = handle.storage.meta
     order = memory_order(meta)
-    if not handle.whole or order != sorted(order or ()):
+    row_major = order is not None and order == sorted(order)
+    if not handle.whole or not row_major:
         if order is None:
             raise NotImplementedError(
                 "torchspmd: as_strided of a tensor whose storage has gaps or overlapping "
@@ -188,7 +189,7 @@ def _as_strided(t, size, stride, storage_offset=None):
                 "call it on the base tensor (the offset is relative to the storage either "
                 "way), or leave storage_offset out")
         t = SpmdTensor(Handle(handle.storage, meta, ()))  # the storage itself
-        if order != sorted(order):
+        if not row_major:
             t = aten.permute.default(t, order)
     args = (t, list(size), list(stride), storage_offset)
     return wrap_views(aten.as_strided.default, args, record_call(aten.as_strided.default, args, {}))

@@ -45,6 +45,12 @@ _NO_DLPACK = (
     "on it use torchspmd.call_jax(fn, t); to read it, t.cpu().")
 
 
+def _nbytes(storage) -> int:
+    """The size of a lazy storage's data, in bytes."""
+    meta = storage.meta
+    return math.prod(meta.shape) * meta.dtype.itemsize
+
+
 class StorageKey(torch.UntypedStorage):
     """What ``t.untyped_storage()`` is for an spmd tensor: the data lives on the devices, so
     there is nothing to point at on the host, but ``data_ptr()`` is the same number for
@@ -72,10 +78,8 @@ class StorageKey(torch.UntypedStorage):
         """``storage``'s address, given at its first use."""
         address = getattr(storage, "address", None)
         if address is None:
-            meta = storage.meta
-            nbytes = math.prod(meta.shape) * meta.dtype.itemsize
             address = storage.address = cls._next_address
-            cls._next_address += -(-nbytes // 256) * 256 + 256  # aligned, a gap between
+            cls._next_address += -(-_nbytes(storage) // 256) * 256 + 256  # aligned, a gap
         return address
 
     def __new__(cls, key: int, nbytes: int):
@@ -165,9 +169,7 @@ class SpmdTensor(torch.Tensor):
         """A :class:`StorageKey` for this tensor's storage: no data on the host, but the
         identity libraries group tensors by (see there)."""
         storage = self._h.storage
-        meta = storage.meta
-        return StorageKey(StorageKey.address(storage),
-                          math.prod(meta.shape) * meta.dtype.itemsize)
+        return StorageKey(StorageKey.address(storage), _nbytes(storage))
 
     def storage_offset(self) -> int:
         """Where this view starts in its storage, in elements (0 for a base)."""

@@ -141,22 +141,24 @@ def outputs_like_meta(meta, values):
 
 
 def centered_sums(x, axes: tuple[int, ...]):
-    """``(mean, d, s)`` of real ``x`` over ``axes``: the mean (axes kept), the sum of the
-    deviations from it and the sum of their squares (axes dropped), both in one reduce.
+    """``(mean, s)`` of real ``x`` over ``axes``: its mean (axes kept) and the sum of the
+    squared deviations from it (axes dropped), in the corrected two-pass form.
 
-    The variance is ``(s - d**2 / n) / (n - correction)`` (the corrected two-pass form):
-    the rounding error ``e`` of the mean adds ``n * e**2`` to ``s``, which ``d = n * e``
-    takes back out (float32 data with mean 1e4 and std 0.1 had its variance 1e-4 off,
-    relatively, without it; CPU PyTorch accumulates in float64). One variadic reduce for
-    both sums: XLA makes it one fusion, fewer than the mean of squares alone.
+    The first mean's rounding error ``e`` adds ``n * e**2`` to the sum of squares, which
+    the sum of the deviations (``n * e``) takes back out, and corrects the mean too
+    (float32 data with mean 1e4 and std 0.1 had its variance 1e-4 off, relatively,
+    without it; CPU PyTorch accumulates in float64). One variadic reduce for both sums:
+    XLA makes it one fusion, fewer than the mean of squares alone. ``s`` is never
+    negative (rounding could leave a constant input's ``-tiny``: its std is 0).
 
-    Example: ``mean, d, s = centered_sums(x, (1,))``.
+    Example: ``mean, s = centered_sums(x, (1,)); var = s / (x.shape[1] - 1)``.
     """
+    n = reduced_count(x.shape, axes)
     mean = jnp.mean(x, axes, keepdims=True)
     dev = x - mean
     zero = jnp.zeros((), dev.dtype)
     d, s = lax.reduce((dev, dev * dev), (zero, zero), _add_pairs, axes)
-    return mean, d, s
+    return mean + jnp.expand_dims(d / n, axes), jnp.maximum(s - d * d / n, 0)
 
 
 def _add_pairs(a, b):

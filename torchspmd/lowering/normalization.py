@@ -5,8 +5,6 @@ the recorder records ``_native_batch_norm_legit_functional`` and assigns outputs
 (``device/dispatch.py``). Everything computes in ``opmath`` and casts to ``meta``.
 """
 
-import math
-
 import jax
 import jax.numpy as jnp
 from torch import ops
@@ -23,11 +21,8 @@ def moments(x, axes):
     form (``_common.centered_sums``: data far from zero, mean 1e4 and std 0.1 in float32,
     had its variance 1e-4 off, relatively, and its normalized values shifted by it)."""
     axes = tuple(a % x.ndim for a in (axes if isinstance(axes, tuple) else (axes,)))
-    n = reduced_count(x.shape, axes)
-    mean, d, s = centered_sums(x, axes)
-    shift = jnp.expand_dims(d / n, axes)
-    var = jnp.maximum(jnp.expand_dims(s / n, axes) - jnp.square(shift), 0)
-    return mean + shift, var
+    mean, s = centered_sums(x, axes)
+    return mean, jnp.expand_dims(s / reduced_count(x.shape, axes), axes)
 
 
 def _normalize_backward(g, xhat, rstd, axes):
@@ -98,7 +93,7 @@ def _batch_norm(input, weight, bias, running_mean, running_var, training, moment
     if training:
         mean, var = (m.reshape(-1) for m in moments(x, axes))
         invstd = jax.lax.rsqrt(var + eps)
-        n = math.prod(x.shape[a] for a in axes)
+        n = reduced_count(x.shape, axes)
         if running_mean is not None:
             new_rm = (1 - momentum) * running_mean.astype(acc) + momentum * mean
         if running_var is not None:

@@ -121,17 +121,15 @@ def _var_mean(meta, x, dim, correction, keepdim):
     # A complex input has a real variance (meta) but a complex mean: keep it complex.
     x = x if is_complex(x.dtype) else x.astype(opmath(meta.dtype))
     n = reduced_count(x.shape, axes)
-    if is_complex(x.dtype):  # |x - mean|^2 summed; the mean stays complex
+    if is_complex(x.dtype):  # |x - mean|^2 summed, corrected as ``centered_sums`` does
         mean = jnp.mean(x, axis=axes, keepdims=True)
-        dev = jnp.abs(x - mean)
-        shift = jnp.sum(x - mean, axis=axes, keepdims=True)
-        mean = mean + shift / n
-        sq = jnp.sum(jnp.square(dev), axis=axes) - jnp.squeeze(jnp.square(jnp.abs(shift)), axes) / n
-    else:  # the corrected two-pass form (``_common.centered_sums``)
-        mean, d, sq = centered_sums(x, axes)
-        mean = mean + jnp.expand_dims(d / n, axes)
-        sq = sq - jnp.square(d) / n
-    sq = jnp.maximum(sq, 0)  # rounding may leave a constant input's -tiny: its std is 0
+        dev = x - mean
+        shift = jnp.sum(dev, axis=axes)
+        mean = mean + jnp.expand_dims(shift / n, axes)
+        sq = jnp.sum(jnp.square(jnp.abs(dev)), axis=axes) - jnp.square(jnp.abs(shift)) / n
+        sq = jnp.maximum(sq, 0)
+    else:
+        mean, sq = centered_sums(x, axes)
     sq = jnp.expand_dims(sq, axes) if keepdim else sq
     correction = 1 if correction is None else correction
     var = sq / jnp.maximum(n - cast(correction, sq.dtype), 0)
