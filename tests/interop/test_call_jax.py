@@ -38,6 +38,22 @@ def test_output_and_gradient_match_cpu():
     torch.testing.assert_close(xs.grad.cpu(), torch.cos(x) * 2)
 
 
+@pytest.mark.parametrize("alias", ["itself", "detached", "a view", "an expanded row"])
+def test_one_tensor_given_as_several_arguments_gets_every_gradient(alias):
+    """``f(x, x)``: the arguments are one value in the program; the gradient is the sum of
+    both uses, as on CPU (the forward's saved values once depended on that and failed)."""
+    make = {"itself": lambda t: t, "detached": lambda t: t.detach(),
+            "a view": lambda t: t.view(4, 8), "an expanded row": lambda t: t[0].expand(4, 8)}
+    x = torch.randn(4, 8, dtype=torch.float64, requires_grad=True)
+    d = spmd(x.detach(), requires_grad=True)
+    out = call_jax(lambda a, b, c: a * jnp.sin(b) + jnp.cos(c) * a, d, make[alias](d), d)
+    out.sum().backward()
+    expected = x * torch.sin(make[alias](x)) + torch.cos(x) * x
+    expected.sum().backward()
+    torch.testing.assert_close(out.cpu(), expected.detach())
+    torch.testing.assert_close(d.grad.cpu(), x.grad)
+
+
 def test_pytree_outputs_keep_their_structure_and_dtypes():
     x = torch.randn(3, 5)
     out = call_jax(lambda a: {"max": a.max(axis=1), "argmax": jnp.argmax(a, axis=1)}, spmd(x))

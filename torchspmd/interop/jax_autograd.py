@@ -18,6 +18,7 @@ from __future__ import annotations
 from typing import Any
 
 import jax
+import jax.numpy as jnp
 import torch
 
 from torchspmd.device.tensor import SpmdTensor
@@ -85,6 +86,7 @@ class JaxForward(JaxOp):
         self._backwards: dict[Structs, JaxBackward] = {}
 
     def flat(self, *arrays) -> list:
+        arrays = _distinct(arrays)
         structs = structs_of(arrays)
         outs = self.op.outputs(structs)[0]
         wrt = [i for i, (_, dtype) in enumerate(structs) if is_differentiable(dtype)]
@@ -142,6 +144,21 @@ class JaxBackward(JaxOp):
     def _infer(self, structs: Structs) -> tuple[list, Any]:
         leaves = [jax.ShapeDtypeStruct(s, d) for s, d in self.structs if is_differentiable(d)]
         return leaves, jax.tree_util.tree_structure(leaves)
+
+
+def _distinct(arrays) -> list:
+    """``arrays`` with a value passed twice (one tensor given as two arguments) made two.
+
+    ``jax.vjp``'s residuals depend on which inputs are one object, and a forward node's
+    output count is fixed by shape inference, where every input is its own. The copy is
+    no instruction in the program.
+    """
+    seen: set[int] = set()
+    out = []
+    for a in arrays:
+        out.append(jnp.array(a, copy=True) if id(a) in seen else a)
+        seen.add(id(a))
+    return out
 
 
 def vjp_op(op: JaxOp) -> "JaxVjp":
