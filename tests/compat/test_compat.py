@@ -100,8 +100,8 @@ def test_auto_sharding_request_points_to_auto_shard():
 
 def test_module_not_served_names_itself():
     """Importing a torch_xla module torchspmd does not serve says which one, and what is."""
-    with pytest.raises(ModuleNotFoundError, match="torch_xla.experimental.custom_kernel"):
-        import torch_xla.experimental.custom_kernel  # noqa: F401
+    with pytest.raises(ModuleNotFoundError, match="torch_xla.distributed.xla_backend"):
+        import torch_xla.distributed.xla_backend  # noqa: F401
 
 
 def test_scan_matches_cpu_loop():

@@ -1,3 +1,3 @@
 """``torch_xla.core``."""
 
-from . import xla_model  # noqa: F401
+from . import xla_builder, xla_model  # noqa: F401
