@@ -25,7 +25,8 @@ from torchspmd.lazy.node import IDENTITY_IDS, TENSOR, Node
 from torchspmd.lazy.record import meta_of, record, record_unary
 from torchspmd.lazy.schema import functional_variant, op_schema
 from torchspmd.lazy.shapes import signature
-from torchspmd.lazy.views import OVERLAP_MESSAGE, reads_overwritten, view_step
+from torchspmd.lazy.views import (OVERLAP_MESSAGE, pointwise_reads_overwritten,
+                                  reads_overwritten, view_step)
 from torchspmd.lowering.annotation_ops import SHARDING_CONSTRAINT
 from torchspmd.runtime.metrics import COUNTERS
 
@@ -122,7 +123,7 @@ def _mutate(func, schema, args, kwargs):
         raise unsupported(func)
     targets = [args[i] for i in schema.mutated] + [kwargs[k] for k in schema.mutated_kw]
     targets = [t for group in targets for t in (group if isinstance(group, (list, tuple)) else [group])]
-    _refuse_overwritten_reads(targets, args, kwargs)
+    _refuse_overwritten_reads(func, targets, args, kwargs)
     call_kwargs = {k: v for k, v in kwargs.items() if k not in schema.mutated_kw}
     if schema.mutated_kw and "dtype" in op_schema(functional).keyword and "dtype" not in call_kwargs:
         call_kwargs["dtype"] = targets[0].dtype  # factory .out ops: the out tensor's dtype
@@ -137,11 +138,15 @@ def _mutate(func, schema, args, kwargs):
     return shape_result(func, targets) if op_facts(func).form != "none" else None
 
 
-def _refuse_overwritten_reads(targets: list, args: tuple, kwargs: dict) -> None:
+def _refuse_overwritten_reads(func, targets: list, args: tuple, kwargs: dict) -> None:
     """PyTorch's error for an in-place op that reads, through another view of the tensor it
     writes, memory the write changes (``x.add_(x[0])``; ``views.reads_overwritten``). A
     lazy op reads every input before it writes, a CPU kernel element by element: where
-    PyTorch's own check cannot tell (``x.add_(x.diagonal())``) the two would differ."""
+    PyTorch's own check cannot tell (``x.add_(x.diagonal())``) the two would differ. A
+    pointwise op may read an element it writes at that element's own position, as on CPU
+    (``x.diagonal().add_(x[0])``)."""
+    overwritten = pointwise_reads_overwritten if torch.Tag.pointwise in func.tags \
+        else reads_overwritten
     written: dict[int, list] = {}
     for t in targets:
         if isinstance(t, SpmdTensor):
@@ -154,8 +159,7 @@ def _refuse_overwritten_reads(targets: list, args: tuple, kwargs: dict) -> None:
                 continue
             read = a._h
             for handle in written.get(id(read.storage), ()):
-                if read is not handle and reads_overwritten(read.storage.meta, handle.view,
-                                                            read.view):
+                if read is not handle and overwritten(read.storage.meta, handle.view, read.view):
                     raise RuntimeError(OVERLAP_MESSAGE)
 
 

@@ -25,7 +25,7 @@ from torchspmd.lazy.node import Node, TensorMeta
 from torchspmd.lazy import provenance
 from torchspmd.lazy.provenance import refuse_host_read
 from torchspmd.lazy.record import record_unary
-from torchspmd.lazy.views import OVERLAP_MESSAGE, copy_reads_overwritten, memory_order
+from torchspmd.lazy.views import OVERLAP_MESSAGE, memory_order, pointwise_reads_overwritten
 from torchspmd.lazy.views import storage_offset as storage_offset_of
 from torchspmd.lowering.annotation_ops import SHARDING_CONSTRAINT
 
@@ -48,8 +48,8 @@ def _copy_(dst, src, non_blocking=False):
     if not isinstance(dst, SpmdTensor):
         return dst.copy_(to_cpu(src))
     if isinstance(src, SpmdTensor):
-        if src._h.storage is dst._h.storage and copy_reads_overwritten(
-                dst._h.storage.meta, dst._h.view, src._h.view):
+        if src._h.storage is dst._h.storage and pointwise_reads_overwritten(
+                dst._h.storage.meta, dst._h.view, src._h.view, copy=True):
             raise RuntimeError(OVERLAP_MESSAGE)  # CPU's result would depend on its order
         value = unannotated(src._h.value())  # dst keeps its own annotation, not src's
     else:

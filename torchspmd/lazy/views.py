@@ -190,15 +190,19 @@ def reads_overwritten(base_meta: TensorMeta, written: tuple, read: tuple) -> boo
     return views is not None and np.intersect1d(_offsets(*views[0]), _offsets(*views[1])).size > 0
 
 
-def copy_reads_overwritten(base_meta: TensorMeta, written: tuple, read: tuple) -> bool:
-    """Whether ``copy_`` into the view ``written`` of a storage from the view ``read`` of
-    the same storage (broadcast to ``written``'s shape) has an order-dependent result: some
-    element writes a location that another element of the copy reads, with a new value.
+def pointwise_reads_overwritten(base_meta: TensorMeta, written: tuple, read: tuple,
+                                copy: bool = False) -> bool:
+    """Whether a pointwise op (``copy`` for ``copy_``) into the view ``written`` of a
+    storage, reading the view ``read`` of the same storage broadcast to ``written``'s
+    shape, has an order-dependent result: some element reads a location that another
+    element writes.
 
-    A lazy copy reads every element before it writes; CPU's kernel copies element by
+    A lazy op reads every element before it writes; CPU's kernel goes element by
     element, and its own overlap check gives up on views that are not dense
     (``x[1] = x.diagonal()`` of a 3-d ``x``). Overlaps that cannot change the result are
-    allowed, as on CPU: an element copied onto itself (``x[0] = x[:, 0]``).
+    allowed, as on CPU: an element read only by the position that writes it
+    (``x.diagonal().add_(x[0])``), and for a copy an element copied onto itself, whoever
+    else reads it (``x[0] = x[:, 0]``).
 
     Example::
 
@@ -206,9 +210,13 @@ def copy_reads_overwritten(base_meta: TensorMeta, written: tuple, read: tuple) -
         >>> meta = TensorMeta((3, 3), (3, 1), torch.float32)
         >>> row = (view_step(aten.select.int, (0, 0)),)
         >>> column = (view_step(aten.select.int, (1, 0)),)
-        >>> transposed = (view_step(aten.t.default, ()),)
-        >>> copy_reads_overwritten(meta, row, column), copy_reads_overwritten(meta, (), transposed)
-        (False, True)
+        >>> diagonal = (view_step(aten.diagonal.default, ()),)
+        >>> pointwise_reads_overwritten(meta, diagonal, row)
+        False
+        >>> pointwise_reads_overwritten(meta, row, column, copy=True)
+        False
+        >>> pointwise_reads_overwritten(meta, (), diagonal)  # x.add_(x.diagonal())
+        True
     """
     views = _to_compare(base_meta, written, read)
     if views is None:
@@ -217,10 +225,12 @@ def copy_reads_overwritten(base_meta: TensorMeta, written: tuple, read: tuple) -
     writes = _offsets(*w).reshape(w[0])
     try:
         reads = np.broadcast_to(_offsets(*r).reshape(r[0]), w[0])
-    except ValueError:  # shapes copy_ refuses: its own check raises PyTorch's error
+    except ValueError:  # shapes the op refuses: its own check raises PyTorch's error
         return False
-    changed = writes != reads  # an element copied onto itself changes nothing
-    return bool(np.isin(writes[changed], reads).any())
+    elsewhere = writes != reads  # positions reading another location than they write
+    if copy:  # a location copied onto itself keeps its value: only new values matter
+        return bool(np.isin(writes[elsewhere], reads).any())
+    return bool(np.isin(reads[elsewhere], writes).any())
 
 
 def _to_compare(base_meta: TensorMeta, written: tuple, read: tuple) -> tuple | None:
