@@ -117,6 +117,26 @@ def test_mark_sharding_with_gradients_shards_the_gradient():
     torch.testing.assert_close(x.grad.cpu(), 2 * cpu)
 
 
+@pytest.mark.parametrize("loss", [lambda y: y.sum(), lambda y: (y.t() * 3).sum(),
+                                  lambda y: y.t().mean()],
+                         ids=["sum: an expanded gradient", "a transposed gradient",
+                              "mean of a transpose"])
+def test_mark_sharding_with_gradients_shards_a_gradient_autograd_copies(loss):
+    """A gradient whose strides differ from its parameter's is copied by autograd into
+    ``.grad`` (``copy_`` keeps the target's annotation, not the source's): the constraint's
+    output is row-major, as PyTorch/XLA's tensors are, so ``.grad`` is the constrained
+    value itself, pending and after ``sync``."""
+    cpu = torch.randn(8, 8, requires_grad=True)
+    x = cpu.detach().to("spmd").requires_grad_()
+    y = mark_sharding_with_gradients(x, mesh_2x4(), (0, None))
+    loss(y).backward()
+    loss(cpu).backward()
+    assert get_sharding(x.grad) == PARTIAL_2x4
+    torchspmd.sync()
+    assert get_sharding(x.grad) == PARTIAL_2x4
+    torch.testing.assert_close(x.grad.cpu(), cpu.grad)
+
+
 def test_shard_as_lends_the_annotated_sharding():
     a_cpu, b_cpu = torch.randn(8, 8), torch.arange(64.0).reshape(8, 8)
     a = a_cpu.to("spmd")

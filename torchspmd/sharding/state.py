@@ -125,8 +125,14 @@ def constrain(value: Value, sharding: NamedSharding) -> Value:
 def constrained_copy(t: SpmdTensor, sharding: NamedSharding) -> SpmdTensor:
     """A new tensor holding ``t``'s value constrained to ``sharding`` (``t`` is unchanged).
 
+    The copy is row-major, as a tensor of PyTorch/XLA's is: autograd hands a gradient
+    with other strides than its parameter's (an expanded ``y.sum()`` gradient) to
+    ``.grad`` through ``copy_``, which drops the source's annotation.
+
     >>> y = constrained_copy(x, named_sharding(mesh, (0, None)))  # doctest: +SKIP
     """
+    if not t.is_contiguous():
+        t = t.contiguous()
     value = record_unary(SHARDING_CONSTRAINT, t.handle.value(), sharding)
     return SpmdTensor(Handle.new(value, meta_of(value)))
 
