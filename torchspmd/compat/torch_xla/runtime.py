@@ -9,6 +9,8 @@ Example::
 
 from __future__ import annotations
 
+import os
+
 import jax
 
 from torchspmd.compat.errors import unsupported
@@ -21,13 +23,15 @@ from torchspmd.runtime import (addressable_runtime_device_count, global_ordinal,
 def use_spmd(auto: bool = False) -> None:
     """SPMD is how torchspmd always runs; ``auto=True`` is refused: PyTorch/XLA's
     auto-sharding picks layouts hidden inside its compiler (on TPU only), torchspmd plans
-    them in the open with ``torchspmd.auto_shard``."""
+    them in the open with ``torchspmd.auto_shard``. Sets ``XLA_USE_SPMD=1`` in the
+    environment, as PyTorch/XLA does (scripts read it)."""
     if auto:
         unsupported("xr.use_spmd(auto=True)", "plan the shardings with "
                     "torchspmd.auto_shard(model, mesh, example_inputs, loss_fn=...) and apply "
                     "them with plan.apply(model) (docs/guides/auto-shard.md), or annotate "
                     "them with mark_sharding (or wrap the model in "
                     "SpmdFullyShardedDataParallel)")
+    os.environ["XLA_USE_SPMD"] = "1"
 
 
 def is_spmd() -> bool:

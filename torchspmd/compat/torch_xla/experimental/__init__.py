@@ -6,7 +6,8 @@ import warnings
 
 from torchspmd.compat import step_closures
 
-from . import scan, scan_layers, spmd_fully_sharded_data_parallel, xla_sharding  # noqa: F401
+from . import (gradient_accumulation, scan, scan_layers,  # noqa: F401
+               spmd_fully_sharded_data_parallel, xla_sharding)
 
 
 def eager_mode(enable: bool) -> None:

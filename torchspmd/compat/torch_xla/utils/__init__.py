@@ -1,3 +1,3 @@
 """``torch_xla.utils``."""
 
-from . import utils  # noqa: F401
+from . import checkpoint, utils  # noqa: F401
