@@ -104,6 +104,32 @@ def test_module_not_served_names_itself():
         import torch_xla.distributed.xla_backend  # noqa: F401
 
 
+def test_a_name_xm_does_not_serve_points_to_the_migration_guide():
+    with pytest.raises(AttributeError, match="xla_model.get_stablehlo is not served.*migrating"):
+        xm.get_stablehlo
+
+
+def test_use_spmd_sets_the_environment_flag_scripts_read(monkeypatch):
+    monkeypatch.delenv("XLA_USE_SPMD", raising=False)
+    xr.use_spmd()
+    import os
+
+    assert os.environ["XLA_USE_SPMD"] == "1"
+
+
+def test_send_cpu_data_to_device_uploads_sharded_and_lists_a_lone_tensor():
+    """PyTorch/XLA returns a lone tensor in a list; nested data keeps its structure."""
+    mesh = xs.Mesh(np.arange(8), (8,))
+    spec = xs.ShardingSpec(mesh, (0, None))
+    [x] = xm.send_cpu_data_to_device(torch.arange(16.).reshape(8, 2), xm.xla_device(), spec)
+    assert xs.get_sharding(x) == "{devices=[8,1]0,1,2,3,4,5,6,7}"
+    assert torch.equal(x.cpu(), torch.arange(16.).reshape(8, 2))
+    batch = xm.send_cpu_data_to_device({"a": torch.ones(8, 2), "b": [torch.zeros(3)]},
+                                       xm.xla_device(), spec)
+    assert xm.is_xla_tensor(batch["a"]) and xm.is_xla_tensor(batch["b"][0])
+    assert not xm.is_xla_tensor(torch.ones(1))
+
+
 def test_scan_matches_cpu_loop():
     """scan(fn, init, xs) returns the last carry and the stacked outputs a CPU loop gives,
     for pytrees of tensors."""

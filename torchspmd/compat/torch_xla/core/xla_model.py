@@ -181,3 +181,32 @@ def save(data: Any, file_or_path: Any, master_only: bool = True,
     cpu = tree_map(lambda t: t.cpu() if isinstance(t, torch.Tensor) else t, data)
     if not master_only or is_master_ordinal(local=not global_master):
         torch.save(cpu, file_or_path)
+
+
+def send_cpu_data_to_device(datas: Any, device: Any, input_sharding: Any = None) -> Any:
+    """``torchspmd.data.send_cpu_data_to_device``: every CPU tensor in ``datas`` uploaded
+    now, each device receiving only its shard of ``input_sharding``. A lone tensor comes
+    back in a list, as PyTorch/XLA returns it.
+
+    Example: ``[x] = xm.send_cpu_data_to_device(x, device, xs.ShardingSpec(mesh, (0, None)))``.
+    """
+    from torchspmd.data import send_cpu_data_to_device as send
+
+    return send([datas] if type(datas) is torch.Tensor else datas, device, input_sharding)
+
+
+def is_xla_tensor(tensor: torch.Tensor) -> bool:
+    """Whether ``tensor`` lives on the spmd device (PyTorch/XLA's ``xla`` device)."""
+    return tensor.device.type == torchspmd.device().type
+
+
+def xla_device_kind(device: Any = None) -> str:
+    """The devices' kind as their runtime names it (``'cpu'``, ``'NVIDIA H100 80GB HBM3'``)."""
+    return jax.devices()[0].device_kind
+
+
+def __getattr__(name: str):
+    if name.startswith("__"):
+        raise AttributeError(name)
+    raise AttributeError(f"torchspmd.compat: torch_xla.core.xla_model.{name} is not served "
+                         "here; docs/migrating.md lists what is, and what to use instead.")
