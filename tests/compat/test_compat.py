@@ -130,6 +130,58 @@ def test_send_cpu_data_to_device_uploads_sharded_and_lists_a_lone_tensor():
     assert not xm.is_xla_tensor(torch.ones(1))
 
 
+def test_device_attributes_name_each_device_in_id_order():
+    names = [d["name"] for d in xr.global_runtime_device_attributes()]
+    assert names == [f"{xr.device_type()}:{i}" for i in range(torchspmd.device_count())]
+
+
+def test_dynamo_mark_sharding_annotates_in_place_and_gradients_flow():
+    """The op of PyTorch/XLA's user guide, names and spec as Python literals; a CPU
+    tensor passes through untouched, as there."""
+    cpu = torch.randn(8, 4, requires_grad=True)
+    x = cpu.detach().to(xm.xla_device()).requires_grad_(True)
+    y = x * 2
+    out = torch.ops.xla.dynamo_mark_sharding(y, list(range(8)), [4, 2], "('data', 'model')",
+                                             "('data', 'model')")
+    assert out is y
+    assert xs.get_sharding(y) == "{devices=[4,2]0,1,2,3,4,5,6,7}"
+    (out * out).sum().backward()
+    torch.testing.assert_close(x.grad.cpu(), 8 * cpu.detach())
+    plain = torch.ones(2)
+    assert torch.ops.xla.dynamo_mark_sharding(plain, [0], [1], "('x',)", "('x',)") is plain
+
+
+def test_checkpoint_module_recomputes_forward_with_cpus_gradients():
+    from torch_xla.distributed.fsdp import checkpoint_module
+
+    calls = []
+
+    class Block(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc = torch.nn.Linear(4, 4)
+
+        def forward(self, x, scale=1.0):
+            calls.append(1)
+            return torch.tanh(self.fc(x)) * scale
+
+    torch.manual_seed(0)
+    cpu = Block()
+    dev = checkpoint_module(copy.deepcopy(cpu).to(xm.xla_device()))
+    x = torch.randn(3, 4)
+    (cpu(x, scale=2.0) ** 2).sum().backward()
+    calls.clear()
+    (dev(x.to(xm.xla_device()), scale=2.0) ** 2).sum().backward()
+    assert len(calls) == 2  # the forward, and its recomputation in the backward pass
+    for a, b in zip(cpu.parameters(), dev.parameters()):
+        torch.testing.assert_close(b.grad.cpu(), a.grad)
+    twin = copy.deepcopy(dev)  # a copy checkpoints its own forward
+    twin.zero_grad(set_to_none=True)
+    calls.clear()
+    twin(x.to(xm.xla_device())).sum().backward()
+    assert len(calls) == 2 and twin.fc.weight.grad is not None
+
+
 def test_scan_matches_cpu_loop():
     """scan(fn, init, xs) returns the last carry and the stacked outputs a CPU loop gives,
     for pytrees of tensors."""

@@ -20,6 +20,8 @@ import torchspmd
 from torchspmd.compat import step_closures
 from torchspmd.compat.errors import unsupported
 
+from . import _ops  # noqa: F401  (torch.ops.xla.*, defined when torch_xla is imported)
+
 __version__ = "2.9.0+torchspmd"
 
 

@@ -49,6 +49,25 @@ def device_type() -> str:
     return "CUDA" if platform == "GPU" else platform
 
 
+def global_runtime_device_attributes() -> list[dict]:
+    """Each device's attributes, in id order: its ``name`` (``'CPU:0'``, ``'CUDA:3'``) and,
+    where the runtime has them (TPU), ``coords``, ``core_on_chip``, ``num_cores`` and
+    ``slice_index``, as PyTorch/XLA's.
+
+    Example: ``[d["name"] for d in xr.global_runtime_device_attributes()]``.
+    """
+    kind = device_type()
+    found = []
+    for d in sorted(jax.devices(), key=lambda d: d.id):
+        attributes = {"name": f"{kind}:{d.id}"}
+        for key in ("coords", "core_on_chip", "num_cores", "slice_index"):
+            value = getattr(d, key, None)
+            if value is not None:
+                attributes[key] = list(value) if key == "coords" else value
+        found.append(attributes)
+    return found
+
+
 def addressable_device_count() -> int:
     """1: the process's one virtual device."""
     return 1
