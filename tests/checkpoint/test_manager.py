@@ -42,6 +42,25 @@ def test_restore_latest_loads_the_newest_checkpoint_in_place(tmp_path):
         manager.restore(5, {"w": target})
 
 
+def test_a_rewound_run_keeps_what_it_writes_and_drops_the_abandoned_runs(tmp_path):
+    """Oldest and latest are in write order, not by step (PyTorch/XLA's rule): a run that
+    went back to step 2 and saves it again keeps it; the oldest written (4) goes. The
+    order holds for a new manager over the same path (the next run)."""
+    manager = CheckpointManager(tmp_path, save_interval=2, max_to_keep=2)
+    for step in (2, 4, 6):
+        manager.save(step, {"w": weight(float(step))})
+    assert manager.all_steps() == [4, 6]
+    manager.save(2, {"w": weight(20.0)})  # rewound: step 2 again, with new values
+    assert manager.all_steps() == [6, 2]
+    target = weight(0.0)
+    assert manager.restore_latest({"w": target}) == 2
+    assert torch.equal(target.cpu(), torch.full((8, 4), 20.0))
+    again = CheckpointManager(tmp_path, save_interval=2, max_to_keep=2)
+    assert again.latest_step() == 2
+    again.save(4, {"w": weight(40.0)})
+    assert again.all_steps() == [2, 4]
+
+
 def test_save_async_writes_the_values_of_the_moment_it_was_called(tmp_path):
     manager = CheckpointManager(tmp_path, save_interval=1)
     w, step = weight(1.0), torch.tensor(1.0)

@@ -182,6 +182,22 @@ def test_checkpoint_module_recomputes_forward_with_cpus_gradients():
     assert len(calls) == 2 and twin.fc.weight.grad is not None
 
 
+def test_checkpoint_manager_takes_pytorch_xlas_arguments(tmp_path):
+    """``num_of_threads`` and ``chkpt_on_preemption=False`` are accepted; the default
+    ``True`` warns that no preemption checkpoint is taken; a process group is refused."""
+    from torch_xla.experimental.distributed_checkpoint import CheckpointManager, SPMDSavePlanner
+
+    assert SPMDSavePlanner is torchspmd.checkpoint.SPMDSavePlanner
+    manager = CheckpointManager(tmp_path, 10, max_to_keep=2, num_of_threads=4,
+                                chkpt_on_preemption=False)
+    w = torch.arange(8.).to(xm.xla_device())
+    assert manager.save(10, {"w": w}) and manager.all_steps() == [10]
+    with pytest.warns(UserWarning, match="no checkpoint on preemption"):
+        assert not CheckpointManager(tmp_path, 10).reached_preemption(10)
+    with pytest.raises(NotImplementedError, match="process_group"):
+        CheckpointManager(tmp_path, 10, process_group=object(), chkpt_on_preemption=False)
+
+
 def test_scan_matches_cpu_loop():
     """scan(fn, init, xs) returns the last carry and the stacked outputs a CPU loop gives,
     for pytrees of tensors."""

@@ -5,6 +5,11 @@ PyTorch/XLA's ``torch_xla.experimental.distributed_checkpoint.CheckpointManager`
 directory ``path/s``; it counts once DCP wrote its ``.metadata`` (the last file).
 With several processes, ``path`` must be storage every process sees (DCP's rule).
 
+"Oldest" and "latest" are in the order checkpoints were written, not by step, as in
+PyTorch/XLA: a run rewound to an earlier step that saves it again keeps that
+checkpoint and drops the abandoned run's. Each checkpoint records its place in that
+order (``.torchspmd_order``), so the order holds across runs.
+
 ``save_async`` returns once this process's shards are copied to the host; the files
 are written by a background thread while training goes on (so the step after it may
 change or donate the device data freely).
@@ -30,6 +35,7 @@ from torchspmd.runtime import processes
 __all__ = ["CheckpointManager"]
 
 _METADATA = ".metadata"  # written last by DCP: its presence marks a complete checkpoint
+_ORDER = ".torchspmd_order"  # the checkpoint's place in the write order, written after it
 
 
 class CheckpointManager:
@@ -79,17 +85,32 @@ class CheckpointManager:
         return step % self.save_interval == 0
 
     def all_steps(self) -> list[int]:
-        """The steps of the complete checkpoints under ``path``, oldest first."""
-        steps = []
-        for name in os.listdir(self.path):
-            if name.isdigit() and os.path.exists(os.path.join(self.path, name, _METADATA)):
-                steps.append(int(name))
-        return sorted(steps)
+        """The steps of the complete checkpoints under ``path``, oldest written first
+        (those from before write orders were kept come first, by step)."""
+        steps = [int(name) for name in os.listdir(self.path)
+                 if name.isdigit() and os.path.exists(os.path.join(self.path, name, _METADATA))]
+        return sorted(steps, key=lambda step: (self._order(step), step))
 
     def latest_step(self) -> int | None:
-        """The newest complete checkpoint's step, or ``None``."""
+        """The step of the checkpoint written last, or ``None``."""
         steps = self.all_steps()
         return steps[-1] if steps else None
+
+    def _order(self, step: int) -> int:
+        try:
+            with open(os.path.join(self._dir(step), _ORDER)) as f:
+                return int(f.read())
+        except (OSError, ValueError):
+            return -1
+
+    def _record_order(self, step: int) -> None:
+        """Give checkpoint ``step`` the next place in the write order (atomically: a
+        reader never sees a half-written number)."""
+        others = [self._order(s) for s in self.all_steps() if s != step]
+        path = os.path.join(self._dir(step), _ORDER)
+        with open(path + ".tmp", "w") as f:
+            f.write(str(max(others, default=-1) + 1))
+        os.replace(path + ".tmp", path)
 
     def _dir(self, step: int) -> str:
         return os.path.join(self.path, str(step))
@@ -127,6 +148,7 @@ class CheckpointManager:
             dcp.save(state_dict, storage_writer=dcp.FileSystemWriter(target),
                      planner=SPMDSavePlanner())
             if processes.process_index() == 0:
+                self._record_order(step)
                 self._drop_oldest()
 
     def _drop_oldest(self) -> None:
@@ -162,8 +184,8 @@ class CheckpointManager:
                  planner=SPMDLoadPlanner())
 
     def restore_latest(self, state_dict: dict) -> int | None:
-        """Restore the newest checkpoint into ``state_dict``; its step, or ``None`` if
-        there is none (``state_dict`` is then untouched)."""
+        """Restore the checkpoint written last into ``state_dict``; its step, or ``None``
+        if there is none (``state_dict`` is then untouched)."""
         step = self.latest_step()
         if step is not None:
             self.restore(step, state_dict)
