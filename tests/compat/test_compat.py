@@ -198,6 +198,15 @@ def test_checkpoint_manager_takes_pytorch_xlas_arguments(tmp_path):
         CheckpointManager(tmp_path, 10, process_group=object(), chkpt_on_preemption=False)
 
 
+def test_construct_v1_sharding_str_is_the_v1_text_of_get_sharding():
+    from torch_xla.distributed.spmd.debugging import construct_v1_sharding_str
+
+    t = torch.randn(8, 4).to(xm.xla_device())
+    wrapped = xs.mark_sharding(t, xs.Mesh(np.arange(8), (4, 2)), (0, None))
+    text = "{devices=[4,1,2]0,1,2,3,4,5,6,7 last_tile_dim_replicate}"
+    assert construct_v1_sharding_str(t) == construct_v1_sharding_str(wrapped) == text
+
+
 def test_scan_matches_cpu_loop():
     """scan(fn, init, xs) returns the last carry and the stacked outputs a CPU loop gives,
     for pytrees of tensors."""
