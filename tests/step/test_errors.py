@@ -213,6 +213,22 @@ def test_torch_compile_of_an_spmd_model_gives_eager_results():
         torch.testing.assert_close(g, p.grad.cpu())
 
 
+def test_torch_compile_does_not_compile_the_devices_dispatch_frame():
+    """Under torch.compile, TorchDynamo met ``SpmdTensor.__torch_dispatch__`` as a frame
+    to compile, once per argument count, until its recompile limit (warning each time).
+    It is skipped now: the frames TorchDynamo compiles are the model's own."""
+    from torch._dynamo.utils import counters
+
+    torch._dynamo.reset()
+    counters.clear()
+    model = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.ReLU(),
+                                torch.nn.Linear(8, 2)).to(DEVICE)
+    compiled = torch.compile(model, backend="eager")
+    for _ in range(3):
+        compiled(torch.randn(3, 4).to(DEVICE)).sum().backward()
+    assert counters["frames"]["total"] <= 2
+
+
 def test_check_every_passes_and_keeps_replaying_when_the_path_is_the_same():
     @xs.compile(check_every=2)
     def step(x):

@@ -108,6 +108,9 @@ def _install_entry() -> None:
         setattr(_entry, marker, getattr(_DISABLED, marker))
     _entry._torchdynamo_wrapper_id = id(_entry)
     skip_code(_entry.__code__)  # run as it is under a callback
+    # The frame that calls it too: TorchDynamo would compile it for each argument count
+    # it meets (up to its recompile limit, warning each time) to reach the call above.
+    skip_code(SpmdTensor.__torch_dispatch__.__func__.__code__)
     SpmdTensor._dispatch = staticmethod(_entry)
 
 
