@@ -94,6 +94,36 @@ def test_nested_batches_keep_their_structure():
     assert out["b"] == 3 and out["a"][0].device.type == "spmd"
 
 
+def test_a_hugging_face_batch_encoding_stays_one_with_its_tensors_sharded():
+    """A tokenizer's or collator's ``BatchEncoding`` (a ``UserDict``, which PyTorch's
+    pytree leaves whole) was handed on with CPU tensors; the caller's batch is unchanged."""
+    from transformers import BatchEncoding
+
+    ids = torch.arange(64).reshape(16, 4)
+    batch = BatchEncoding({"input_ids": ids, "attention_mask": torch.ones(16, 4)})
+    for spec in (batch_spec(), {"input_ids": batch_spec(), "attention_mask": batch_spec()}):
+        [out] = ShardedLoader([batch], input_sharding=spec)
+        assert type(out) is BatchEncoding and list(out) == ["input_ids", "attention_mask"]
+        assert get_sharding(out.input_ids) == f"{{devices=[{N},1]{ALL}}}"
+        assert torch.equal(out["input_ids"].cpu(), ids)
+        assert batch["input_ids"].device.type == "cpu"
+
+
+def test_a_dataclass_batch_keeps_its_type_with_its_tensors_sharded():
+    import dataclasses
+
+    @dataclasses.dataclass(frozen=True)
+    class Batch:
+        x: torch.Tensor
+        labels: list
+        weight: float = 1.0
+
+    [out] = ShardedLoader([Batch(torch.ones(16, 4), [torch.zeros(16, 2)], 0.5)],
+                          input_sharding=batch_spec())
+    assert type(out) is Batch and out.weight == 0.5
+    assert get_sharding(out.x) == get_sharding(out.labels[0]) == f"{{devices=[{N},1]{ALL}}}"
+
+
 def test_dict_spec_shards_each_key_its_own_way():
     mesh = Mesh(np.arange(N), (4, 2), ("data", "model"))
     spec = {"x": ShardingSpec(mesh, ("data", None)), "y": ShardingSpec(mesh, (None, "model"))}

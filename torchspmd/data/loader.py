@@ -19,9 +19,11 @@ only its slice. Without ``minibatch`` every process must yield the same whole ba
 
 from __future__ import annotations
 
+import copy
+import dataclasses
 from collections import deque
 from collections.abc import Iterable, Iterator, Mapping
-from typing import Any
+from typing import Any, Callable
 
 import jax
 import torch
@@ -102,11 +104,32 @@ def _send_tensor(t: Any, device: torch.device, spec: ShardingSpec | None) -> Any
     return out
 
 
+def _map_batch(fn: Callable[[torch.Tensor], Any], batch: Any) -> Any:
+    """``batch`` with ``fn`` applied to each tensor, every container keeping its type:
+    PyTorch's pytree containers (tuples, lists, dicts, named tuples), and also other
+    mappings (Hugging Face's ``BatchEncoding``, a ``UserDict``) and dataclasses, which
+    PyTorch's pytree would leave whole."""
+    def leaf(x: Any) -> Any:
+        if isinstance(x, torch.Tensor):
+            return fn(x)
+        if isinstance(x, Mapping):  # not a dict (tree_map opened those)
+            out = copy.copy(x)
+            for key, value in x.items():
+                out[key] = _map_batch(fn, value)
+            return out
+        if dataclasses.is_dataclass(x) and not isinstance(x, type):
+            return dataclasses.replace(x, **{f.name: _map_batch(fn, getattr(x, f.name))
+                                             for f in dataclasses.fields(x) if f.init})
+        return x
+
+    return tree_map(leaf, batch)
+
+
 def _send_dict(batch: Any, device: torch.device,
-               input_sharding: Mapping[str, ShardingSpec]) -> dict:
+               input_sharding: Mapping[str, ShardingSpec]) -> Any:
     if not isinstance(batch, Mapping):
         raise ValueError("input batch should be a dict when input sharding is a dict.")
-    result, missing = {}, []
+    result, missing = copy.copy(batch), []  # a BatchEncoding stays one
     for key, value in batch.items():
         if key not in input_sharding:
             missing.append(key)
@@ -119,7 +142,9 @@ def _send_dict(batch: Any, device: torch.device,
 
 def send_cpu_data_to_device(data: Any, device: torch.device | str | None = None,
                             input_sharding: InputSharding = None) -> Any:
-    """Upload every CPU tensor in ``data`` (any nesting of lists, tuples, dicts) now.
+    """Upload every CPU tensor in ``data`` now (any nesting of lists, tuples, dicts, named
+    tuples, other mappings such as Hugging Face's ``BatchEncoding``, and dataclasses;
+    each container keeps its type).
 
     ``input_sharding`` is a ``ShardingSpec`` applied to each tensor whose rank matches
     it (the others are replicated), or a dict of specs for a dict batch, one per key
@@ -136,7 +161,7 @@ def send_cpu_data_to_device(data: Any, device: torch.device | str | None = None,
     device = torch.device(device) if device is not None else spmd_device()
     if isinstance(input_sharding, Mapping):
         return _send_dict(data, device, input_sharding)
-    return tree_map(lambda t: _send_tensor(t, device, input_sharding), data)
+    return _map_batch(lambda t: _send_tensor(t, device, input_sharding), data)
 
 
 _FAILED = object()  # marks a look-ahead batch whose upload raised
