@@ -3,6 +3,7 @@ leaves and their order are ``torch.utils._pytree``'s, the structure tells apart 
 spec tells apart, and any container this module does not flatten itself goes to torch."""
 
 import collections
+import dataclasses
 
 import pytest
 import torch
@@ -43,3 +44,25 @@ def test_other_containers_take_torchs_flatten(tree):
     assert isinstance(structure, TorchSpec)
     assert leaves == tree_flatten(tree)[0]
     assert unflatten(leaves, structure) == tree
+
+
+@dataclasses.dataclass(frozen=True)
+class Batch:
+    x: torch.Tensor
+    scale: float = 2.0
+
+
+def test_mappings_and_dataclasses_torch_keeps_whole_are_opened():
+    """A ``UserDict`` (what Hugging Face's ``BatchEncoding`` is) by its keys, a dataclass
+    by its fields: their tensors are leaves, and they rebuild as their own type."""
+    user = collections.UserDict({"ids": torch.ones(2), "n": 3})
+    batch = Batch(torch.zeros(1))
+    leaves, structure = flatten(((user, batch), {}))
+    assert leaves[0] is user["ids"] and leaves[1] == 3 and leaves[2] is batch.x
+    assert leaves[3] == 2.0 and not isinstance(structure, TorchSpec)
+    hash(structure)
+    (again_user, again_batch), _ = unflatten(leaves, structure)
+    assert type(again_user) is collections.UserDict and dict(again_user) == dict(user)
+    assert type(again_batch) is Batch and again_batch.x is batch.x and again_batch.scale == 2.0
+    other = flatten(((collections.UserDict({"n": 3, "ids": torch.ones(2)}), batch), {}))[1]
+    assert other != structure  # keys in another order: another structure

@@ -145,3 +145,23 @@ def test_autocast_around_a_call_is_part_of_its_signature():
         expected = cpu(x)
     torch.testing.assert_close(inside.cpu().float(), expected.float(), rtol=2e-2, atol=2e-2)
     assert step(x.to(DEVICE)).dtype == torch.float32
+
+
+def test_a_hugging_face_batch_encoding_argument_replays_with_its_tensors():
+    """``step(batch)`` with a tokenizer's ``BatchEncoding`` (a ``UserDict``) was refused as
+    unhashable; its tensors are the step's inputs now, and a write into one of them (a
+    view of a larger tensor here) reaches the caller."""
+    from transformers import BatchEncoding
+
+    @xs.compile
+    def step(batch):
+        batch["input_ids"].add_(1)
+        return batch["input_ids"] * batch["scale"]
+
+    xs.reset_metrics()
+    for i in range(3):
+        base = torch.full((4,), float(i)).to(DEVICE)
+        out = step(BatchEncoding({"input_ids": base[1:3], "scale": 2.0}))
+        assert out.cpu().tolist() == [2.0 * (i + 1)] * 2
+        assert base.cpu().tolist() == [i, i + 1, i + 1, i]
+    assert xs.metrics()["step_captures"] == 1

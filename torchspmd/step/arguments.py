@@ -7,6 +7,9 @@ token. Plain tuples, lists and dicts (what steps take) are flattened here into t
 leaves, in the same order (a dict's in insertion order), with a nested tuple for their
 structure; any other container torch's pytree knows (a namedtuple, an ``OrderedDict``, a
 registered dataclass) takes torch's own flatten, its spec wrapped in :class:`TorchSpec`.
+Containers torch's pytree would take whole are opened too, so their tensors are the
+step's inputs: other mappings (Hugging Face's ``BatchEncoding``, a ``UserDict``), by
+their keys, and dataclasses, by their fields.
 
 Example::
 
@@ -19,13 +22,16 @@ Example::
 
 from __future__ import annotations
 
+import dataclasses
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from torch.utils._pytree import SUPPORTED_NODES, tree_flatten, tree_unflatten
 
-# A structure is None (a leaf) or a tuple: ("t", *children), ("l", *children) or
-# ("d", keys, *children).
+# A structure is None (a leaf) or a tuple: ("t", *children), ("l", *children),
+# ("d", keys, *children), ("m", type, keys, *children) for another mapping, or
+# ("c", type, field names, *children) for a dataclass.
 Structure = Any
 
 
@@ -67,6 +73,11 @@ def _flatten(x: Any, leaves: list) -> Structure:
         return ("d", tuple(x), *[_flatten(c, leaves) for c in x.values()])
     if kind in SUPPORTED_NODES or isinstance(x, (tuple, list, dict)):
         raise _OtherContainer
+    if isinstance(x, Mapping):
+        return ("m", kind, tuple(x), *[_flatten(x[k], leaves) for k in x])
+    if dataclasses.is_dataclass(x) and not isinstance(x, type):
+        names = tuple(f.name for f in dataclasses.fields(x))
+        return ("c", kind, names, *[_flatten(getattr(x, n), leaves) for n in names])
     leaves.append(x)
     return None
 
@@ -79,4 +90,17 @@ def _build(structure: Structure, leaves) -> Any:
         return tuple(_build(c, leaves) for c in structure[1:])
     if tag == "l":
         return [_build(c, leaves) for c in structure[1:]]
-    return {k: _build(c, leaves) for k, c in zip(structure[1], structure[2:])}
+    if tag == "d":
+        return {k: _build(c, leaves) for k, c in zip(structure[1], structure[2:])}
+    kind, names = structure[1], structure[2]
+    values = [_build(c, leaves) for c in structure[3:]]
+    if tag == "c":  # field by field, as the caller's instance holds them
+        rebuilt = kind.__new__(kind)
+        for name, value in zip(names, values):
+            object.__setattr__(rebuilt, name, value)
+        return rebuilt
+    try:
+        return kind(dict(zip(names, values)))
+    except Exception as error:
+        raise TypeError(f"torchspmd.compile: cannot rebuild an argument of type "
+                        f"{kind.__name__} from a dict ({error}); pass it as a dict") from None
