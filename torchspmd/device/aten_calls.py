@@ -276,14 +276,22 @@ def decompose(func, args, kwargs):
 
 
 def unsupported(func) -> NotImplementedError:
-    name = func._schema.name.split('::')[-1]
+    namespace, name = func._schema.name.split('::')
+    if namespace == "c10d":  # torch.distributed's collectives
+        return NotImplementedError(
+            f"torchspmd: torch.distributed's {name.rstrip('_')} does not take spmd tensors. An "
+            "spmd tensor is one global value across every process and device: reading it "
+            "(.cpu(), .item()) gives that value on every process, so it needs no all_reduce "
+            "or broadcast (on a copy, one would count each process's identical value again). "
+            "Shard tensors with mark_sharding and XLA inserts the collectives; use CPU "
+            "tensors for values that differ between processes.")
     if "sparse" in name:  # reached by nn.Embedding(sparse=True), torch.sparse
         return NotImplementedError(
             f"torchspmd: aten::{name} makes a sparse tensor; the spmd device holds dense "
             "tensors only. Use dense ones (nn.Embedding(..., sparse=False), "
             "t.to_dense() on the CPU first).")
     return NotImplementedError(
-        f"torchspmd: aten::{name}"
+        f"torchspmd: {namespace}::{name}"
         f"{'.' + func._overloadname if func._overloadname != 'default' else ''} is not "
         "supported on the spmd device (no lowering or decomposition). Move the tensor to the "
         "CPU for this op (t.cpu()), or file an issue with the op name.")

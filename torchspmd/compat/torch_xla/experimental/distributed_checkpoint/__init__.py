@@ -15,9 +15,6 @@ import warnings
 from torchspmd.checkpoint import CheckpointManager as _Manager
 from torchspmd.checkpoint import SPMDLoadPlanner, SPMDSavePlanner, prime_optimizer  # noqa: F401
 
-__all__ = ["CheckpointManager", "SPMDSavePlanner", "SPMDLoadPlanner", "prime_optimizer"]
-
-
 class CheckpointManager(_Manager):
     """``torchspmd.checkpoint.CheckpointManager`` taking PyTorch/XLA's arguments too.
 
