@@ -79,3 +79,25 @@ def test_a_step_that_leaves_nothing_behind_keeps_its_capture():
         for _ in range(3):
             step(torch.ones(1, 3).to(DEVICE))
     assert xs.metrics()["step_replays"] - before["step_replays"] == 2
+
+
+class _Holder:
+    """An object torch's pytree cannot open (as Hugging Face's ``DynamicCache``)."""
+
+    def __init__(self, t):
+        self.t = t
+
+
+def test_a_returned_object_holding_tensors_is_named_with_what_to_return_instead():
+    @xs.compile
+    def step(x):
+        y = x * 2
+        return y, _Holder(y + 1)
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        outs = [step(torch.full((2,), float(i)).to(DEVICE)) for i in range(3)]
+    messages = [str(w.message) for w in caught if w.category is HiddenStateWarning]
+    assert messages and all("returned _Holder" in m and "use_cache=False" in m
+                            for m in messages)
+    assert [h.t.cpu().tolist() for _, h in outs] == [[1.0, 1.0], [3.0, 3.0], [5.0, 5.0]]

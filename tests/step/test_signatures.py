@@ -4,7 +4,7 @@ import numpy as np
 import torch
 
 import torchspmd as xs
-from tests.step.helpers import DEVICE, batches, mlp, on_device, train_step
+from tests.step.helpers import DEVICE, batches, cpu_losses, mlp, on_device, train_step
 
 
 def _counts():
@@ -91,6 +91,45 @@ def test_nested_results_come_back_in_their_structure():
     torch.testing.assert_close(out["parts"][0].cpu(), expected.max())
     torch.testing.assert_close(out["parts"][1][0].cpu(), expected.min())
     assert xs.metrics()["step_replays"] >= 1
+
+
+def test_results_in_dataclasses_and_mappings_replay_with_each_calls_values():
+    """A training step returning its metrics in a dataclass, a ``BatchEncoding`` or a
+    ``UserDict`` captured again on every call (their tensors looked like hidden state);
+    they are opened like the arguments, so calls replay and each returns its own values,
+    in its own types."""
+    import collections
+    import dataclasses
+
+    from transformers import BatchEncoding
+
+    @dataclasses.dataclass
+    class Metrics:
+        loss: torch.Tensor
+        steps: int
+
+    model = mlp(DEVICE)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+
+    @xs.compile
+    def step(x, y):
+        opt.zero_grad()
+        loss = torch.nn.functional.mse_loss(model(x), y)
+        loss.backward()
+        opt.step()
+        return Metrics(loss, 1), BatchEncoding({"twice": loss * 2}), collections.UserDict(l=loss)
+
+    data = batches(4)
+    expected, _ = cpu_losses(lambda p: torch.optim.SGD(p, lr=0.1), data)
+    xs.reset_metrics()
+    for (x, y), loss in zip(data, expected):
+        metrics, encoding, user = step(*on_device(x, y))
+        assert type(metrics) is Metrics and metrics.steps == 1
+        assert type(encoding) is BatchEncoding and type(user) is collections.UserDict
+        torch.testing.assert_close(metrics.loss.item(), loss, rtol=1e-5, atol=1e-6)
+        torch.testing.assert_close(encoding["twice"].item(), 2 * loss, rtol=1e-5, atol=1e-6)
+        torch.testing.assert_close(user["l"].item(), loss, rtol=1e-5, atol=1e-6)
+    assert xs.metrics()["step_replays"] >= 2 and xs.metrics()["step_hidden_state"] == 0
 
 
 def test_an_argument_updated_in_place_is_updated_for_the_caller():

@@ -169,7 +169,7 @@ class CompiledStep:
         hidden = hidden_tensors(captured)
         if hidden:
             COUNTERS["step_hidden_state"] += 1
-            _warn_hidden(hidden)
+            _warn_hidden(hidden, captured)
         else:
             plans = [p for p in (self._plans.get(key) or []) if p is not old]
             self._plans[key] = [plan] + plans[:_PLANS_PER_SIGNATURE - 1]
@@ -216,15 +216,26 @@ def _warn_no_autograd(fn) -> None:
         NoAutogradWarning, stacklevel=user_stacklevel())
 
 
-def _warn_hidden(count: int) -> None:
+def _warn_hidden(count: int, captured) -> None:
+    opaque = sorted({type(r).__name__ for r in captured.result_leaves
+                     if r is not None and not isinstance(r, _PLAIN_RESULTS)})
+    where = (f"The step returned {', '.join(opaque)}, which a compiled step returns as the "
+             "first call made it, with the tensors it held then: return the tensors "
+             "themselves, in tuples, lists, dicts, named tuples, mappings or dataclasses "
+             "(for a Hugging Face model, pass use_cache=False or return outputs.loss and "
+             "outputs.logits). ") if opaque else ""
     warnings.warn(
         f"torchspmd.compile: the step left {count} tensor(s) it made where a compiled step "
         "cannot find them (not reachable from its arguments, closure or globals within "
         "the walk's limits: e.g. the global of a helper function it calls). A replay runs "
         "no Python and would never update them, so this capture is not kept: the next call "
-        "captures again, and replays once such state exists before the call. Keep state "
-        "the step creates in a module, an optimizer, or an object the step names itself.",
-        HiddenStateWarning, stacklevel=user_stacklevel())
+        f"captures again, and replays once such state exists before the call. {where}Keep "
+        "state the step creates in a module, an optimizer, or an object the step names "
+        "itself.", HiddenStateWarning, stacklevel=user_stacklevel())
+
+
+# Results a replay returns as they are, holding no tensor.
+_PLAIN_RESULTS = (int, float, bool, complex, str, bytes, torch.dtype, torch.device, type)
 
 
 def _checked(result_and_flag: tuple, captured) -> Any:

@@ -1,4 +1,4 @@
-"""A compiled step's arguments as leaves and a structure that hashes in C.
+"""A compiled step's arguments (and results) as leaves and a structure that hashes in C.
 
 Every call of a compiled step flattens its arguments to find its tensors and key its
 cache. ``torch.utils._pytree.tree_flatten`` builds a TreeSpec whose hash and equality walk
@@ -54,6 +54,22 @@ def flatten(tree: Any) -> tuple[list, Structure | TorchSpec]:
     except _OtherContainer:
         leaves, spec = tree_flatten(tree)
         return leaves, TorchSpec(spec)
+
+
+def result_structure(result: Any) -> tuple[list, Structure | TorchSpec]:
+    """A step's result as :func:`flatten` gives it, where every container rebuilds (a
+    replay returns its new tensors in the same types); else as torch's pytree does,
+    which returns an object it cannot open as it is.
+
+    Example: ``leaves, structure = result_structure((loss, {"acc": acc}))``.
+    """
+    leaves, structure = flatten(result)
+    try:
+        unflatten(list(leaves), structure)
+    except TypeError:
+        leaves, spec = tree_flatten(result)
+        return leaves, TorchSpec(spec)
+    return leaves, structure
 
 
 def unflatten(leaves: list, structure: Structure | TorchSpec) -> Any:

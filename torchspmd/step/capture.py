@@ -26,7 +26,6 @@ import weakref
 from dataclasses import dataclass, field
 
 import torch
-from torch.utils._pytree import tree_flatten
 
 from torchspmd.device import index_checks
 from torchspmd.device.tensor import SpmdTensor
@@ -38,6 +37,7 @@ from torchspmd.runtime.metrics import COUNTERS
 from torchspmd.runtime.transfer import upload_leaf
 from torchspmd.runtime.graph import Graph, collect
 from torchspmd.step import optim, outputs
+from torchspmd.step.arguments import result_structure
 from torchspmd.step.optim import NUMBERS
 from torchspmd.step.places import MAX_DEPTH, Places, find_places
 from torchspmd.step.undo import Undo
@@ -146,7 +146,7 @@ def _recorded(fn, args: tuple, kwargs: dict,
         check_host_state(before)
         held_by = _held_by(before)
         held_by.update(_unwalked(fn, args, kwargs, after, rec, held_by, arg_storages))
-        flat, spec = tree_flatten(result)
+        flat, spec = result_structure(result)
         captured = Captured(None, [], [], spec, [None if isinstance(r, SpmdTensor) else r
                                                  for r in flat], after.optimizers,
                             optim.hyperparameters(after.optimizers))

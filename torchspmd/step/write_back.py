@@ -13,11 +13,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from torch.utils._pytree import tree_unflatten
 
 from torchspmd.device.tensor import SpmdTensor
 from torchspmd.lazy.handle import Handle
 from torchspmd.lazy.node import Node
+from torchspmd.step.arguments import unflatten
 from torchspmd.step.capture import Captured
 from torchspmd.step.routes import AliasReturn, ArgTarget, ReturnTarget, SlotTarget, StorageTarget
 from torchspmd.step.wiring import FromInput, KeepsStorageValue, Wiring
@@ -155,7 +155,7 @@ def finish(call: Call, outputs: list, writes: Writes, captured: Captured, args: 
         results[position] = call.tensors[j]
     for alias in captured.alias_returns:
         results[alias.position] = _aliased(alias, args)
-    return tree_unflatten(results, captured.result_spec)
+    return unflatten(results, captured.result_spec)
 
 
 def _aliased(alias: AliasReturn, args: list) -> SpmdTensor:
