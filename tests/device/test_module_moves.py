@@ -55,3 +55,26 @@ def test_module_hooks_move_with_the_module_and_give_cpus_gradients(compiled):
         torch.testing.assert_close(step(X.to("spmd")).cpu(), loss_of(cpu, X))
         for p_cpu, p_dev in zip(cpu.parameters(), dev.parameters()):
             torch.testing.assert_close(p_dev.grad.cpu(), p_cpu.grad)
+
+
+@pytest.mark.parametrize("move", [lambda m: m.to("spmd"),
+                                  lambda m: torch.zeros(2, 2).to("spmd").copy_(m.weight)],
+                         ids=["module.to", "copy_ from a meta tensor"])
+def test_a_module_on_the_meta_device_is_refused_with_pytorchs_advice(move):
+    """A meta tensor has no data: PyTorch's own error and advice (``to_empty``), not a
+    numpy conversion error."""
+    with pytest.raises(NotImplementedError, match="Cannot copy out of meta tensor.*to_empty"):
+        move(nn.Linear(2, 2, device="meta"))
+
+
+def test_to_empty_then_load_state_dict_gives_cpus_values():
+    """The big-model pattern: build on the meta device, materialize on the spmd device with
+    ``to_empty``, load the weights."""
+    torch.manual_seed(0)
+    cpu = nn.Sequential(nn.Linear(4, 8), nn.Tanh(), nn.Linear(8, 2))
+    with torch.device("meta"):
+        empty = nn.Sequential(nn.Linear(4, 8), nn.Tanh(), nn.Linear(8, 2))
+    model = empty.to_empty(device="spmd")
+    model.load_state_dict(cpu.state_dict())
+    x = torch.randn(3, 4)
+    torch.testing.assert_close(model(x.to("spmd")).cpu(), cpu(x))

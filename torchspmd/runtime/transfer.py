@@ -29,8 +29,16 @@ from torchspmd.runtime.metrics import COUNTERS
 
 
 def to_numpy(t: torch.Tensor) -> np.ndarray:
-    """A numpy copy of CPU tensor ``t`` (bfloat16 through its bits, so nothing rounds)."""
+    """A numpy copy of host tensor ``t`` (bfloat16 through its bits, so nothing rounds);
+    a tensor of another PyTorch device (CUDA) is copied to the CPU first."""
     t = t.detach()
+    if t.device.type == "meta":  # PyTorch's own error for the same mistake on CPU or CUDA
+        raise NotImplementedError(
+            "Cannot copy out of meta tensor; no data! Please use torch.nn.Module.to_empty() "
+            "instead of torch.nn.Module.to() when moving module from meta to a different "
+            "device.")
+    if t.device.type != "cpu":
+        t = t.cpu()
     if t.is_conj() or t.is_neg():  # lazy bits numpy cannot read
         t = t.resolve_conj().resolve_neg()
     if t.dtype == torch.bfloat16:
