@@ -33,3 +33,18 @@ def test_a_collective_on_an_spmd_tensor_says_it_is_already_global(group, name, c
                                                   "spmd tensors.*one global value"):
         call(x)
     assert x.cpu().tolist() == [0.0, 1.0, 2.0, 3.0]
+
+
+def test_fsdp2_on_the_device_names_fsdpv2_in_place_of_its_streams(group):
+    """``fully_shard`` wraps without complaint; its first forward asks the device module
+    for a ``Stream``, which says what the spmd device lacks and what to use instead."""
+    from torch.distributed.fsdp import fully_shard
+
+    model = torch.nn.Linear(4, 2).to(torchspmd.device())
+    fully_shard(model)
+    with pytest.raises(AttributeError, match="no attribute 'Stream'.*SpmdFullyShardedDataParallel"):
+        model(torch.ones(3, 4).to(torchspmd.device()))
+
+
+def test_the_device_module_still_answers_hasattr():
+    assert not hasattr(torch.spmd, "Stream") and hasattr(torch.spmd, "device_count")

@@ -284,7 +284,9 @@ def unsupported(func) -> NotImplementedError:
             "(.cpu(), .item()) gives that value on every process, so it needs no all_reduce "
             "or broadcast (on a copy, one would count each process's identical value again). "
             "Shard tensors with mark_sharding and XLA inserts the collectives; use CPU "
-            "tensors for values that differ between processes.")
+            "tensors for values that differ between processes. (DistributedDataParallel "
+            "calls such collectives: under torchspmd, shard the batch over a mesh axis "
+            "instead, or use torchspmd.parallel.SpmdFullyShardedDataParallel.)")
     if "sparse" in name:  # reached by nn.Embedding(sparse=True), torch.sparse
         return NotImplementedError(
             f"torchspmd: aten::{name} makes a sparse tensor; the spmd device holds dense "

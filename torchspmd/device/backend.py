@@ -133,7 +133,22 @@ def _device_module() -> types.ModuleType:
     # torch.autocast("spmd") and torch.utils.checkpoint (which saves the autocast state of
     # every device type it meets, CPU tensors included) ask the backend for these.
     module.get_amp_supported_dtype = lambda: [torch.bfloat16, torch.float16, torch.float32]
+    module.__getattr__ = _not_on_the_device
     return module
+
+
+def _not_on_the_device(name: str):
+    """What ``torch.spmd`` lacks (``Stream``, ``Event``, an allocator's calls) says why, and
+    what to use in place of the per-process library that asked (FSDP2 asks for streams)."""
+    if name.startswith("__"):
+        raise AttributeError(name)
+    raise AttributeError(
+        f"torch.spmd has no attribute {name!r}: the spmd device has no streams, events or "
+        "allocator of its own (XLA schedules and frees each program's work). Libraries that "
+        "drive each process's device through them (torch.distributed.fsdp.fully_shard, "
+        "DistributedDataParallel) do not run on it: shard with "
+        "torchspmd.parallel.SpmdFullyShardedDataParallel (FSDPv2) or mark_sharding, which "
+        "split one program over every device.")
 
 
 def _no_tag(obj) -> None:
