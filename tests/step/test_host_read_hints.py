@@ -80,3 +80,16 @@ def test_an_averaged_model_updated_in_the_step_says_to_update_it_after():
     step = torchspmd.compile(lambda: ema.update_parameters(model))
     with pytest.raises(HostReadInStep, match=r"swa_utils\.py:\d+ \(update_parameters\).*after the"):
         step()
+
+
+def test_clipping_that_raises_on_a_non_finite_norm_says_to_check_the_norm_after():
+    model = nn.Linear(6, 3).to(DEV)
+
+    @torchspmd.compile
+    def step(x):
+        model(x).sum().backward()
+        return torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0, error_if_nonfinite=True)
+
+    with pytest.raises(HostReadInStep, match="clip_grad_norm_.*error_if_nonfinite False"):
+        for _ in range(2):
+            step(torch.ones(2, 6).to(DEV))

@@ -113,6 +113,10 @@ _LIBRARY_READS = (
     ("torch/optim/_adafactor.py",
      "Adafactor's update reads each parameter's norm on the host: call opt.step() after "
      "the compiled function."),
+    ("torch/nn/utils/clip_grad.py",
+     "clip_grad_norm_(error_if_nonfinite=True) reads the total norm on the host to raise: "
+     "leave error_if_nonfinite False and check the returned norm after the call, or skip "
+     "non-finite steps on the device (torch.amp.GradScaler with a fused optimizer)."),
     ("torch/optim/lbfgs.py",
      "LBFGS's line search reads the loss on the host: call opt.step(closure) after the "
      "compiled function."),
