@@ -27,7 +27,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+import torch
 from torch.utils._pytree import SUPPORTED_NODES, tree_flatten, tree_unflatten
+
+from torchspmd.device.tensor import SpmdTensor
 
 # A structure is None (a leaf) or a tuple: ("t", *children), ("l", *children),
 # ("d", keys, *children), ("m", type, keys, *children) for another mapping, or
@@ -44,6 +47,10 @@ class TorchSpec:
 
 class _OtherContainer(Exception):
     pass
+
+
+# Types that are always leaves (a step's arguments are mostly these).
+_LEAVES = frozenset({SpmdTensor, torch.Tensor, int, float, bool, str, type(None)})
 
 
 def flatten(tree: Any) -> tuple[list, Structure | TorchSpec]:
@@ -81,6 +88,9 @@ def unflatten(leaves: list, structure: Structure | TorchSpec) -> Any:
 
 def _flatten(x: Any, leaves: list) -> Structure:
     kind = type(x)
+    if kind in _LEAVES:  # most leaves: skip the container checks below (every call pays them)
+        leaves.append(x)
+        return None
     if kind is tuple:
         return ("t", *[_flatten(c, leaves) for c in x])
     if kind is list:
