@@ -224,3 +224,21 @@ def test_deepcopy_of_wrapper_keeps_mesh_spec_and_sharding():
     assert dup.partition_spec == (0, 1)
     assert get_sharding(dup) == xst.sharding_spec
     torch.testing.assert_close(dup.cpu(), cpu)
+
+
+@pytest.mark.parametrize("spec, expected", [
+    (("tp", None), ("Replicate()", "Shard(dim=0)")),
+    ((1, 0), ("Shard(dim=1)", "Shard(dim=0)")),
+    ((("dp", "tp"), None), ("Shard(dim=0)", "Shard(dim=0)")),
+], ids=["an axis name", "mesh dims by index", "a dim over two axes"])
+def test_placements_are_dtensors_view_of_the_partition_spec(spec, expected):
+    mesh = Mesh(np.arange(8), (2, 4), ("dp", "tp"))
+    wrapped = mark_sharding(torch.ones(4, 8).to("spmd"), mesh, spec)
+    assert tuple(repr(p) for p in wrapped.placements) == expected
+    wrapped.invalidate_spec_cache()
+    assert tuple(repr(p) for p in wrapped.placements) == expected
+
+
+def test_placements_without_a_partition_spec_say_how_to_get_one():
+    with pytest.raises(ValueError, match="Placements not available.*mark_sharding"):
+        XLAShardedTensor(torch.ones(2).to("spmd")).placements

@@ -122,8 +122,27 @@ class XLAShardedTensor(SpmdTensor):
         return parse_hlo_text(text).kind
 
     def invalidate_spec_cache(self) -> None:
-        """Forget cached spec conversions (kept for PyTorch/XLA compatibility)."""
+        """Forget the cached :attr:`placements` (PyTorch/XLA's name)."""
         self._cached_spec = None
+
+    @property
+    def placements(self) -> tuple:
+        """DTensor's view of ``mesh_shape`` and ``partition_spec``: per mesh dim,
+        ``Shard(d)`` for the tensor dim ``d`` it splits, else ``Replicate()`` (ValueError
+        without them, as PyTorch/XLA).
+
+        >>> distribute_tensor(t, DeviceMesh("xla", torch.arange(8)), [Shard(0)]).placements
+        (Shard(dim=0),)
+        """
+        if self._cached_spec is None:
+            if self.mesh_shape is None or self.partition_spec is None:
+                raise ValueError(
+                    "Placements not available: XLAShardedTensor requires mesh_shape and "
+                    "partition_spec to be set. Use mark_sharding() to properly initialize "
+                    "sharding information.")
+            self._cached_spec = _placements(self.mesh_shape, self.partition_spec,
+                                            getattr(self.mesh, "axis_names", None))
+        return self._cached_spec
 
     # -- shards ----------------------------------------------------------------------
 
@@ -255,6 +274,20 @@ class XLAShardedTensor(SpmdTensor):
                                   mesh=self.mesh)
         memo[id(self)] = result
         return result
+
+
+def _placements(mesh_shape: tuple, partition_spec: tuple, axis_names) -> tuple:
+    """Per mesh dim, the DTensor placement of a partition spec whose entries name mesh
+    dims by index or by axis name (a tuple of them for a dim split over several)."""
+    from torch.distributed.tensor import Replicate, Shard
+
+    placements = [Replicate() for _ in mesh_shape]
+    for dim, entry in enumerate(partition_spec):
+        for axis in (entry if isinstance(entry, tuple) else (entry,)):
+            if axis is not None:
+                placements[axis if isinstance(axis, int) else list(axis_names).index(axis)] = \
+                    Shard(dim)
+    return tuple(placements)
 
 
 def _tensors_in(tree) -> list[torch.Tensor]:
