@@ -63,3 +63,20 @@ def test_dropout_draws_a_new_mask_every_call():
 
 def test_manual_seed_reproduces_the_masks_of_a_compiled_step():
     assert all(torch.equal(a, b) for a, b in zip(_masks(7, 3), _masks(7, 3)))
+
+
+def test_a_seed_gives_the_same_draws_whether_the_call_captures_replays_or_runs_lazily():
+    """``torch.manual_seed(s)`` before a call fixes its draws: the capture drew one seed
+    per random op in the order they were recorded and then ran with fresh ones, and
+    replays handed the seeds out in the graph's node order (two ops swapped theirs)."""
+    def draws(x):
+        return F.dropout(x, 0.5, training=True) + torch.rand_like(x)
+
+    step = xs.compile(draws)
+    x = torch.ones(32).to(DEVICE)
+    results = []
+    for run in (draws, step, step, step):  # lazy, capture, replay, replay
+        torch.manual_seed(3)
+        results.append(run(x).cpu())
+    assert all(torch.equal(results[0], r) for r in results[1:])
+    assert not torch.equal(step(x).cpu(), results[0])  # the stream moved on

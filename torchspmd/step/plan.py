@@ -136,13 +136,16 @@ class Plan:
         flat = [s for n in graph.nodes for s in n.scalars]
         self.vectors = dict(zip(SCALAR_KINDS, vectors_of(program, flat)))
         # A random op's seed is its node's last int scalar; seeds never share a position
-        # (``graph.repeats``), so each draw lands in its own op only.
-        self.seed_slots = []
+        # (``graph.repeats``), so each draw lands in its own op only. A call draws them in
+        # the order the ops were recorded (``node.seq``; the graph's node order may differ),
+        # as the capture and the lazy path drew them.
+        slots = []
         position = 0
         for node in graph.nodes:
             position += len(node.scalars)
             if node.sig.op in RANDOM_OPS:
-                self.seed_slots.append(program.scalar_index[position - 1])
+                slots.append((node.seq, program.scalar_index[position - 1]))
+        self.seed_slots = [slot for _, slot in sorted(slots)]
 
     # --- each call ----------------------------------------------------------------------
 
@@ -250,7 +253,7 @@ class Plan:
         spare_arrays, recycled, grads = (self.spares.take(first)
                                          if self.spares.shardings is not None else ([], 0, []))
         call = new_state(self.wiring, self.writes, placed, values, exclusive, grads)
-        vectors = self._vectors()
+        vectors = self._vectors(first)
         if self.compiled is None:
             self._compile(donated, kept, spare_arrays, vectors)
         outputs = self._launch(call, args, (donated, kept, spare_arrays, *vectors))
@@ -318,11 +321,13 @@ class Plan:
 
         return layout_of
 
-    def _vectors(self) -> list:
-        """The scalar inputs of this call, with fresh seeds; kept on the devices between
-        calls while their values repeat (``Program.placed_vectors``)."""
+    def _vectors(self, first: bool) -> list:
+        """The scalar inputs of this call, with fresh seeds (the first call's are those the
+        capture drew as it recorded, as the lazy path uses them: a seed set before a call
+        gives the same draws whether that call captures or replays); kept on the devices
+        between calls while their values repeat (``Program.placed_vectors``)."""
         ints = self.vectors[int]
-        if self.seed_slots:
+        if self.seed_slots and not first:
             ints = ints.copy()
             for slot in self.seed_slots:
                 ints[slot] = rng.next_seed()
