@@ -107,7 +107,8 @@ def test_partial_over_a_3d_tensor_groups_by_first_two_dims():
 
 @pytest.mark.parametrize("bad", ["{devices=[2]0,1", "garbage", "{manual}"])
 def test_malformed_strings_are_value_errors(bad):
-    with pytest.raises(ValueError, match="is not organized as expected"):
+    """One readable message naming the string (it was a tuple of three pieces)."""
+    with pytest.raises(ValueError, match=r"^sharding \S+.* is not organized as expected"):
         visualize_sharding(bad)
 
 

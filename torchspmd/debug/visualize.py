@@ -58,9 +58,11 @@ def _parse(sharding: str) -> ParsedSharding:
     try:
         parsed = parse_hlo_text(sharding)
     except ValueError as e:
-        raise ValueError("sharding ", sharding, " is not organized as expected") from e
+        raise ValueError(f"sharding {sharding} is not organized as expected ({e}): pass "
+                         "the HLO text get_sharding gives, e.g. '{devices=[2,2]0,1,2,3}'") from e
     if parsed.kind not in (ShardingType.TILED, ShardingType.PARTIAL):
-        raise ValueError("sharding ", sharding, " is not organized as expected")
+        raise ValueError(f"sharding {sharding} is not organized as expected: a picture needs "
+                         f"a tiled or partially replicated sharding, not {parsed.kind.name}")
     return parsed
 
 
