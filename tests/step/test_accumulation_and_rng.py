@@ -80,3 +80,30 @@ def test_a_seed_gives_the_same_draws_whether_the_call_captures_replays_or_runs_l
         results.append(run(x).cpu())
     assert all(torch.equal(results[0], r) for r in results[1:])
     assert not torch.equal(step(x).cpu(), results[0])  # the stream moved on
+
+
+def test_compiled_training_with_dropout_equals_the_lazy_path_mask_for_mask():
+    """With one seed, every call draws as the lazy path does (warm-up, capture, replays):
+    AdamW training through two dropouts gives the lazy run's losses and parameters."""
+    def run(compiled: bool):
+        torch.manual_seed(0)
+        model = torch.nn.Sequential(torch.nn.Linear(8, 32), torch.nn.ReLU(),
+                                    torch.nn.Dropout(0.3), torch.nn.Linear(32, 4),
+                                    torch.nn.Dropout(0.1)).to(DEVICE)
+        opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
+
+        def step(x, y):
+            opt.zero_grad()
+            loss = F.mse_loss(model(x), y)
+            loss.backward()
+            opt.step()
+            return loss
+
+        run_step = xs.compile(step) if compiled else step
+        torch.manual_seed(123)
+        losses = [run_step(*on_device(x, y)).item() for x, y in batches(5)]
+        return losses, [p.detach().cpu() for p in model.parameters()]
+
+    (lazy_losses, lazy_params), (losses, params) = run(False), run(True)
+    assert losses == lazy_losses
+    assert all(torch.equal(a, b) for a, b in zip(params, lazy_params))
