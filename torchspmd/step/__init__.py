@@ -8,14 +8,16 @@ goes), ``undo`` (what a
 refused or failed capture puts back), ``routes`` (the typed records
 of where each input comes from and each output goes), ``wiring`` (how the program's
 inputs and outputs connect to them), ``recycle`` (old gradients' buffers reused),
-``write_back`` (a call's new state), ``plan`` (the compiled replay), ``api`` (the
+``write_back`` (a call's new state), ``plan`` (the compiled replay), ``value_changes``
+(a warning for steps compiled again for each new Python value), ``api`` (the
 decorator).
 """
 
 from torchspmd.step.api import (CheckMissError, CompiledStep, HiddenStateWarning,
                                 NoAutogradWarning, compile)
 from torchspmd.step.side_effects import HostStateError, RebindingError
+from torchspmd.step.value_changes import ValueRecompileWarning
 from torchspmd.lazy.provenance import HostReadInStep
 
 __all__ = ["compile", "CompiledStep", "CheckMissError", "RebindingError", "HostStateError",
-           "HostReadInStep", "HiddenStateWarning", "NoAutogradWarning"]
+           "HostReadInStep", "HiddenStateWarning", "NoAutogradWarning", "ValueRecompileWarning"]

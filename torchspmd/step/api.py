@@ -43,6 +43,7 @@ from torchspmd.step.arguments import flatten, unflatten
 from torchspmd.step.capture import capture, first_difference, hidden_tensors
 from torchspmd.step.plan import Plan, StalePlan
 from torchspmd.step.signature import signature
+from torchspmd.step.value_changes import ValueWatch
 
 
 # Plans kept per argument signature, for states the step meets in turn (``p.grad`` empty
@@ -74,6 +75,7 @@ class CompiledStep:
         # learning rates and gives the users' own back at its end (``optim.give_back``).
         self._lenders: list = []
         self._warned_autograd = False
+        self._values = ValueWatch()
         functools.update_wrapper(self, fn)
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
@@ -104,6 +106,8 @@ class CompiledStep:
         plan = next((p for p in plans if p.ready()), None)
         if plan is None and plans:
             COUNTERS["step_recaptures_state"] += 1  # e.g. p.grad set to None outside
+        elif not plans:
+            self._values.new_signature(getattr(self.fn, "__name__", "the step"), flat[0])
         if plan is not None:
             reason = self._why_capture(plan)
             if reason is None:
