@@ -169,3 +169,10 @@ def test_auto_shard_chooses_one_plan_in_every_process(ranks):
     first, second = ranks[0]
     assert first["auto_shard"]["measured"]
     assert first["auto_shard"]["plan"] == second["auto_shard"]["plan"]
+
+
+def test_checkpoint_manager_processes_agree_on_the_write_order(ranks):
+    """Every process returns from a save once its write order is on disk, so each finds
+    the same latest checkpoint (a rewound save of step 2, then step 4 again)."""
+    for seen in ranks[0]:
+        assert seen["manager"] == {"steps": [2, 4], "latest": 4, "value": 40.0}

@@ -126,13 +126,35 @@ def auto_shard() -> dict:
     return {"plan": plan.to_json(), "measured": plan.measured_step_ms is not None}
 
 
+def manager(out: str, mesh: Mesh) -> dict:
+    """CheckpointManager over two processes: saves, a rewound save, an async save, then
+    each process's view of the steps and the latest one, restored."""
+    from torchspmd.checkpoint import CheckpointManager
+
+    def weight(value: float) -> torch.Tensor:
+        t = torch.full((8, 4), value).to(torchspmd.device())
+        mark_sharding(t, mesh, ("data", "model"))
+        return t
+
+    saves = CheckpointManager(os.path.join(out, "managed"), save_interval=2, max_to_keep=2)
+    for step in (2, 4, 6):
+        saves.save(step, {"w": weight(float(step))})
+    saves.save(2, {"w": weight(20.0)})
+    saves.save_async(4, {"w": weight(40.0)})
+    saves.join()
+    target = weight(0.0)
+    latest = saves.restore_latest({"w": target})
+    return {"steps": saves.all_steps(), "latest": latest, "value": target.cpu()[0, 0].item()}
+
+
 def main(out: str, checkpoint_in: str) -> None:
     mesh = programs.mesh_4x2()
     result = {"queries": queries(), "meshes": meshes(), "shards": shards(mesh),
               "uploads": uploads(mesh),
               "loader": loader(Mesh(np.arange(8), (8,), ("data",))),
               "sub_meshes": sub_meshes(), "checkpoints": checkpoints(out, checkpoint_in),
-              "compiled": compiled(), "auto_shard": auto_shard()}
+              "compiled": compiled(), "auto_shard": auto_shard(),
+              "manager": manager(out, mesh)}
     with open(os.path.join(out, f"rank{xr.process_index()}.json"), "w") as f:
         json.dump(result, f)
 

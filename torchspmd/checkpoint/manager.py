@@ -150,6 +150,9 @@ class CheckpointManager:
             if processes.process_index() == 0:
                 self._record_order(step)
                 self._drop_oldest()
+            # Every process returns once the order is on disk: each then finds the same
+            # latest checkpoint (a restore that picked another would hang DCP's load).
+            _barrier()
 
     def _drop_oldest(self) -> None:
         if self.max_to_keep == 0:
