@@ -4,7 +4,8 @@ import torch
 import torch.nn.functional as F
 
 import torchspmd as xs
-from tests.step.helpers import DEVICE, assert_params_close, batches, mlp, on_device
+from tests.step.helpers import (DEVICE, assert_params_close, batches, mlp, on_device,
+                                train_step)
 
 
 def _accumulating(model, opt):
@@ -90,15 +91,7 @@ def test_compiled_training_with_dropout_equals_the_lazy_path_mask_for_mask():
         model = torch.nn.Sequential(torch.nn.Linear(8, 32), torch.nn.ReLU(),
                                     torch.nn.Dropout(0.3), torch.nn.Linear(32, 4),
                                     torch.nn.Dropout(0.1)).to(DEVICE)
-        opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
-
-        def step(x, y):
-            opt.zero_grad()
-            loss = F.mse_loss(model(x), y)
-            loss.backward()
-            opt.step()
-            return loss
-
+        step = train_step(model, torch.optim.AdamW(model.parameters(), lr=1e-2))
         run_step = xs.compile(step) if compiled else step
         torch.manual_seed(123)
         losses = [run_step(*on_device(x, y)).item() for x, y in batches(5)]
