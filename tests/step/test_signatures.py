@@ -204,3 +204,34 @@ def test_a_hugging_face_batch_encoding_argument_replays_with_its_tensors():
         assert out.cpu().tolist() == [2.0 * (i + 1)] * 2
         assert base.cpu().tolist() == [i, i + 1, i + 1, i]
     assert xs.metrics()["step_captures"] == 1
+
+
+class _Trainer:
+    def __init__(self, device, seed: int):
+        self.model = mlp(device, seed)
+        self.opt = torch.optim.SGD(self.model.parameters(), lr=0.1)
+
+    def step(self, x, y):
+        self.opt.zero_grad()
+        loss = torch.nn.functional.mse_loss(self.model(x), y)
+        loss.backward()
+        self.opt.step()
+        return loss
+
+    compiled_step = xs.compile(step)
+
+
+def test_a_compiled_method_binds_its_instance_and_each_instance_trains_as_on_cpu():
+    """``@torchspmd.compile`` on a method: ``trainer.step(x, y)`` was called without
+    ``trainer`` (a ``TypeError``). Two instances replay, each with its own model."""
+    cpu = [_Trainer("cpu", seed) for seed in (0, 1)]
+    dev = [_Trainer(DEVICE, seed) for seed in (0, 1)]
+    for x, y in batches(4):
+        for c, d in zip(cpu, dev):
+            expected = c.step(x, y).item()
+            torch.testing.assert_close(d.compiled_step(*on_device(x, y)).item(), expected,
+                                       rtol=1e-5, atol=1e-6)
+    for c, d in zip(cpu, dev):
+        for a, b in zip(c.model.parameters(), d.model.parameters()):
+            torch.testing.assert_close(b.detach().cpu(), a.detach(), rtol=1e-5, atol=1e-6)
+    assert _Trainer.compiled_step is _Trainer.__dict__["compiled_step"]

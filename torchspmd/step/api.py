@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import functools
 import gc
+import types
 import warnings
 from typing import Any, Callable
 
@@ -77,6 +78,12 @@ class CompiledStep:
         self._warned_autograd = False
         self._values = ValueWatch()
         functools.update_wrapper(self, fn)
+
+    def __get__(self, instance: Any, owner: type | None = None) -> Any:
+        """``@torchspmd.compile`` on a method: ``trainer.step(x)`` calls it with ``trainer``
+        first, as a plain function's method binding does (and as ``torch.compile`` and
+        ``jax.jit`` allow). Each instance is an argument: its state is found through it."""
+        return self if instance is None else types.MethodType(self, instance)
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         self._calls += 1
