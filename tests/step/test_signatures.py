@@ -235,3 +235,27 @@ def test_a_compiled_method_binds_its_instance_and_each_instance_trains_as_on_cpu
         for a, b in zip(c.model.parameters(), d.model.parameters()):
             torch.testing.assert_close(b.detach().cpu(), a.detach(), rtol=1e-5, atol=1e-6)
     assert _Trainer.compiled_step is _Trainer.__dict__["compiled_step"]
+
+
+def test_a_partial_binding_the_model_and_optimizer_replays_as_on_cpu():
+    """``torchspmd.compile(functools.partial(step, model, opt))``: the bound arguments
+    were not walked, so the gradients the step made looked hidden and every call was
+    captured again (with a warning); they are arguments of each call now."""
+    import functools
+
+    def step(model, opt, x, y):
+        opt.zero_grad()
+        loss = torch.nn.functional.mse_loss(model(x), y)
+        loss.backward()
+        opt.step()
+        return loss
+
+    model = mlp(DEVICE)
+    compiled = xs.compile(functools.partial(step, model,
+                                            torch.optim.SGD(model.parameters(), lr=0.1)))
+    data = batches(4)
+    expected, cpu_model = cpu_losses(lambda p: torch.optim.SGD(p, lr=0.1), data)
+    xs.reset_metrics()
+    losses = [compiled(*on_device(x, y)).item() for x, y in data]
+    torch.testing.assert_close(losses, expected, rtol=1e-5, atol=1e-6)
+    assert xs.metrics()["step_hidden_state"] == 0 and xs.metrics()["step_replays"] >= 2

@@ -68,6 +68,10 @@ class CompiledStep:
             raise ValueError(f"torchspmd.compile: check_every must be an int >= 1 or None, got "
                              f"{check_every!r}")
         self.fn = fn
+        # A functools.partial's bound arguments are arguments of each call: the state
+        # they hold (a model, an optimizer) is found through them, as through any argument.
+        self._target, self._bound = ((fn.func, (fn.args, fn.keywords))
+                                     if isinstance(fn, functools.partial) else (fn, None))
         self.check_every = check_every
         self._plans = LRU(cache_size)
         self._calls = 0
@@ -92,6 +96,8 @@ class CompiledStep:
         # 150 parameters, enough to start a collection (0.5 ms) in the middle of the
         # call, before the launch. After the return it runs in the caller's code, while
         # the devices compute.
+        if self._bound is not None:
+            args, kwargs = (*self._bound[0], *args), {**self._bound[1], **kwargs}
         collecting = gc.isenabled()
         gc.disable()
         try:
@@ -114,7 +120,7 @@ class CompiledStep:
         if plan is None and plans:
             COUNTERS["step_recaptures_state"] += 1  # e.g. p.grad set to None outside
         elif not plans:
-            self._values.new_signature(getattr(self.fn, "__name__", "the step"), flat[0])
+            self._values.new_signature(getattr(self._target, "__name__", "the step"), flat[0])
         if plan is not None:
             reason = self._why_capture(plan)
             if reason is None:
@@ -137,7 +143,7 @@ class CompiledStep:
         return None
 
     def _capture(self, key, old: Plan | None, args, kwargs, tensors) -> Any:
-        result, captured, undo = capture(self.fn, args, kwargs, tensors)
+        result, captured, undo = capture(self._target, args, kwargs, tensors)
         watched = result
         self._lenders += [o for o in captured.optimizers
                           if not any(o is known for known in self._lenders)]
