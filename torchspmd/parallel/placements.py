@@ -23,6 +23,7 @@ from torch.distributed.tensor import Replicate, Shard
 from torch.distributed.tensor.placement_types import Placement
 
 from torchspmd.sharding.mesh import Mesh
+from torchspmd.sharding.partition_spec import spec_to_placements  # noqa: F401  (re-exported)
 
 __all__ = ["placements_to_spec", "spec_to_placements", "convert_to_xla_mesh", "is_device_mesh"]
 
@@ -56,27 +57,6 @@ def placements_to_spec(placements: Sequence[Placement], ndim: int,
                 "partial sums. Reduce first (redistribute to Replicate() or Shard(d)), or "
                 "let XLA insert the reduction by annotating the result instead.")
     return tuple(spec)
-
-
-def spec_to_placements(spec: Sequence, axis_names: Sequence[str | int]) -> list[Placement]:
-    """The per-mesh-dim placements of partition ``spec`` (entries name mesh axes).
-
-    >>> spec_to_placements((None, "tp"), ("dp", "tp"))
-    [Replicate(), Shard(dim=1)]
-    """
-    placements: list[Placement] = [Replicate() for _ in axis_names]
-    for dim, entry in enumerate(spec):
-        for axis in (entry if isinstance(entry, tuple) else (entry,)):
-            if axis is None:
-                continue
-            if axis not in axis_names:
-                raise ValueError(f"torchspmd: partition spec entry {axis!r} names no mesh "
-                                 f"axis of {tuple(axis_names)}.")
-            index = list(axis_names).index(axis)
-            if isinstance(placements[index], Shard):
-                raise ValueError(f"torchspmd: mesh axis {axis!r} splits two tensor dims.")
-            placements[index] = Shard(dim)
-    return placements
 
 
 def is_device_mesh(mesh: Any) -> bool:

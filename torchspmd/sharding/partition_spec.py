@@ -31,6 +31,8 @@ from functools import cached_property
 from typing import TYPE_CHECKING, Any, Union
 
 import torchspmd.jax_setup  # noqa: F401
+from torch.distributed.tensor import Replicate, Shard
+from torch.distributed.tensor.placement_types import Placement
 from torchspmd.sharding.mesh import check
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
@@ -45,6 +47,7 @@ __all__ = [
     "check_spec",
     "named_sharding",
     "spec_key",
+    "spec_to_placements",
 ]
 
 PartitionSpec = Sequence[Union[tuple[Union[int, str], ...], int, str, None]]
@@ -93,6 +96,27 @@ class MeshSpec:
     def named_sharding(self) -> NamedSharding:
         """The ``jax.sharding.NamedSharding`` over ``mesh.get_jax_mesh()``."""
         return NamedSharding(self.mesh.get_jax_mesh(), self.jax_partition_spec)
+
+
+def spec_to_placements(spec: Sequence, axis_names: Sequence[str | int]) -> list[Placement]:
+    """The per-mesh-dim placements of partition ``spec`` (entries name mesh axes).
+
+    >>> spec_to_placements((None, "tp"), ("dp", "tp"))
+    [Replicate(), Shard(dim=1)]
+    """
+    placements: list[Placement] = [Replicate() for _ in axis_names]
+    for dim, entry in enumerate(spec):
+        for axis in (entry if isinstance(entry, tuple) else (entry,)):
+            if axis is None:
+                continue
+            if axis not in axis_names:
+                raise ValueError(f"torchspmd: partition spec entry {axis!r} names no mesh "
+                                 f"axis of {tuple(axis_names)}.")
+            index = list(axis_names).index(axis)
+            if isinstance(placements[index], Shard):
+                raise ValueError(f"torchspmd: mesh axis {axis!r} splits two tensor dims.")
+            placements[index] = Shard(dim)
+    return placements
 
 
 def check_spec(spec: Any, rank: int, caller: str) -> None:

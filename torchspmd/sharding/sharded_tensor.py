@@ -27,6 +27,7 @@ from torchspmd.runtime.array_regions import assemble, cropped, region
 from torchspmd.sharding import state
 from torchspmd.sharding.hlo_text import ShardingType, parse_hlo_text
 from torchspmd.sharding.layout import ShardInfo, pad_shard, shard_layout
+from torchspmd.sharding.partition_spec import resolve, spec_to_placements
 
 __all__ = ["XLAShard", "XLAShardedTensor"]
 
@@ -140,8 +141,11 @@ class XLAShardedTensor(SpmdTensor):
                     "Placements not available: XLAShardedTensor requires mesh_shape and "
                     "partition_spec to be set. Use mark_sharding() to properly initialize "
                     "sharding information.")
-            self._cached_spec = _placements(self.mesh_shape, self.partition_spec,
-                                            getattr(self.mesh, "axis_names", None))
+            # Names and indices alike, as the mesh resolves them (a bare mesh_shape,
+            # from wrap_as_sharded_tensor, leaves only indices).
+            spec = (resolve(self.mesh, self.partition_spec, self.dim()).axes
+                    if self.mesh is not None else self.partition_spec)
+            self._cached_spec = tuple(spec_to_placements(spec, range(len(self.mesh_shape))))
         return self._cached_spec
 
     # -- shards ----------------------------------------------------------------------
@@ -274,20 +278,6 @@ class XLAShardedTensor(SpmdTensor):
                                   mesh=self.mesh)
         memo[id(self)] = result
         return result
-
-
-def _placements(mesh_shape: tuple, partition_spec: tuple, axis_names) -> tuple:
-    """Per mesh dim, the DTensor placement of a partition spec whose entries name mesh
-    dims by index or by axis name (a tuple of them for a dim split over several)."""
-    from torch.distributed.tensor import Replicate, Shard
-
-    placements = [Replicate() for _ in mesh_shape]
-    for dim, entry in enumerate(partition_spec):
-        for axis in (entry if isinstance(entry, tuple) else (entry,)):
-            if axis is not None:
-                placements[axis if isinstance(axis, int) else list(axis_names).index(axis)] = \
-                    Shard(dim)
-    return tuple(placements)
 
 
 def _tensors_in(tree) -> list[torch.Tensor]:
